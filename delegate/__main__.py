@@ -1,0 +1,38 @@
+"""Entry point of the `delegate` console script."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import _logging
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if argv[:1] == ["publish"] and not {"-h", "--help"} & set(argv):
+            from .fastcli import main_publish
+
+            _logging.configure_lazily()
+            return main_publish(argv[1:])
+        _logging.configure()
+        from .cli import run
+
+        return run(argv)
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141  # the reader went away (`delegate jobs | head`): stop quietly
+        print(f"delegate: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 74
+
+
+def console_main() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    console_main()

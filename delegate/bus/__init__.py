@@ -1,0 +1,67 @@
+"""The bus: one interface, several transports, chosen by URL.
+
+`open_bus("sqlite:///path/bus.db")` gives the embedded transport; `mqtt://` and `mqtts://` give
+the broker transport (imported only when asked for, since paho is slow to import).
+
+Semantics every transport keeps (and the contract tests check):
+- `publish` returns only after the transport acknowledged the message, or raises BusError.
+- Messages of one job reach a subscriber in publish order; a subscriber that names a
+  `consumer` resumes after the last message it acknowledged (at-least-once).
+- A subscriber of one job that arrives late still learns the job's terminal event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol
+
+from ..errors import BusError
+
+
+class Message(NamedTuple):
+    """One delivered message; `handle` is the transport's own delivery token for `ack`."""
+
+    job_id: str
+    payload: bytes
+    handle: Any = None
+    problem: str | None = None  # set when the transport could not deliver the payload itself
+
+
+class Subscription(Protocol):
+    def get(self, timeout: float | None = None) -> Message | None:
+        """The next message, waiting up to `timeout` seconds (None: forever)."""
+        ...
+
+    def ack(self, message: Message) -> None:
+        """Mark `message` processed; a durable consumer will not get it again."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Bus(Protocol):
+    url: str
+
+    def publish(self, job_id: str, payload: bytes, *, retain: bool = False) -> None: ...
+
+    def subscribe(self, job_id: str | None = None, *, consumer: str | None = None) -> Subscription:
+        """Subscribe to one job's events (or every job's when job_id is None)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def open_bus(url: str, env: Mapping[str, str] | None = None) -> Bus:
+    """Open the transport named by `url`; raise BusError for an unknown or broken URL."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme == "sqlite":
+        from .sqlite import SqliteBus
+
+        return SqliteBus.from_url(url)
+    if scheme in ("mqtt", "mqtts"):
+        try:
+            from .mqtt import MqttBus  # type: ignore[import-not-found, unused-ignore]
+        except ImportError as exc:
+            raise BusError(f"the MQTT transport is not available: {exc}") from None
+        return MqttBus.from_url(url, env=env)  # type: ignore[no-any-return, unused-ignore]
+    raise BusError(f"unsupported bus URL {url!r}; use sqlite:///path or mqtt(s)://host:port")

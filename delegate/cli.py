@@ -1,0 +1,284 @@
+"""The `delegate` command line (typer): parse, call one service, print, map errors to exit codes.
+
+Results go to stdout (JSON lines where asked); logs and errors go to stderr, one line each.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from .errors import DelegateError
+from .services.state import State
+
+app = typer.Typer(
+    name="delegate",
+    help="Hand work to AI coding agents and keep an exact, verifiable record of what they did.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+JobIdArg = Annotated[str, typer.Argument(help="The job id (8 lowercase hex characters).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+
+def _state() -> State:
+    return State.open()
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def _table(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, box=None, header_style="bold", pad_edge=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    Console(soft_wrap=False).print(table)
+
+
+@app.command()
+def register(
+    cmd: Annotated[str | None, typer.Option("--cmd", help="Command the job will run.")] = None,
+    session: Annotated[str | None, typer.Option("--session", help="tmux session name.")] = None,
+    wall_timeout: Annotated[
+        float | None, typer.Option("--wall-timeout", help="Wall-clock budget in seconds (0: none).")
+    ] = None,
+    idle_timeout: Annotated[
+        float | None, typer.Option("--idle-timeout", help="Idle limit in seconds (0: none).")
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option("--idempotency-key", help="Same key, same job: a second call creates nothing."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> int:
+    """Create a pending job without starting anything; print its id.
+
+    Example: delegate register --cmd 'make test' --idempotency-key nightly-2026-11-22
+    """
+    from .services.jobs import register_job
+
+    job, _created = register_job(
+        _state(),
+        command=cmd,
+        session=session,
+        wall_timeout_s=wall_timeout,
+        idle_timeout_s=idle_timeout,
+        idempotency_key=idempotency_key,
+    )
+    if as_json:
+        _print_json(job.public_dict())
+    else:
+        print(job.job_id)
+    return 0
+
+
+@app.command()
+def publish(
+    event: Annotated[
+        str,
+        typer.Option("--event", help="started, progress, permission_required, completed or error."),
+    ],
+    job: Annotated[
+        str | None, typer.Option("--job", help="Job id; defaults to $DELEGATE_JOB_ID.")
+    ] = None,
+    detail: Annotated[str, typer.Option("--detail", help="Short text; redacted before sending.")] = "",
+    data: Annotated[str | None, typer.Option("--data", help="A JSON object of extra data.")] = None,
+) -> int:
+    """Publish one signed event for a job.
+
+    Example: delegate publish --event progress --detail 'tests pass' --data '{"done": 3}'
+    """
+    from .fastcli import run_publish
+
+    return run_publish(job=job, event=event, detail=detail, data=data)
+
+
+@app.command()
+def watch(
+    job_id: JobIdArg,
+    wall_timeout: Annotated[
+        float | None, typer.Option("--wall-timeout", help="Override the job's wall budget (s).")
+    ] = None,
+    idle_timeout: Annotated[
+        float | None, typer.Option("--idle-timeout", help="Override the job's idle limit (s).")
+    ] = None,
+) -> int:
+    """Follow a job's events: one JSON line per accepted event.
+
+    Exit status: 0 completed, 1 error, 2 timed out, 3 cancelled.
+    Example: delegate watch 1a2b3c4d --idle-timeout 300
+    """
+    from .services.watch import watch_job
+
+    outcome = watch_job(
+        _state(),
+        job_id,
+        wall_timeout_s=wall_timeout,
+        idle_timeout_s=idle_timeout,
+        emit=_print_json,
+    )
+    return outcome.exit_code
+
+
+@app.command()
+def jobs(
+    status: Annotated[
+        str | None, typer.Option("--status", help="Only jobs in this state.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> int:
+    """List jobs, oldest first.
+
+    Example: delegate jobs --status running --json
+    """
+    from .services.jobs import parse_status
+
+    wanted = parse_status(status)
+    found = _state().registry.list(wanted)
+    if as_json:
+        for job in found:
+            _print_json(job.public_dict())
+        return 0
+    rows = [
+        [j.job_id, j.status.value, j.agent or "-", j.created_at[:19].replace("T", " "),
+         j.session or "-", j.error or ""]
+        for j in found
+    ]
+    _table(None, ["JOB", "STATUS", "AGENT", "CREATED (UTC)", "SESSION", "ERROR"], rows)
+    return 0
+
+
+@app.command()
+def show(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
+    """Show one job's record (never its token) and where its audit log is.
+
+    Example: delegate show 1a2b3c4d --json
+    """
+    state = _state()
+    job = state.registry.get(job_id)
+    record = job.public_dict()
+    record["audit_log"] = str(state.audit.events_path(job_id))
+    if as_json:
+        _print_json(record)
+        return 0
+    rows = [[k, "" if v is None else json.dumps(v) if isinstance(v, dict) else str(v)]
+            for k, v in sorted(record.items())]
+    _table(f"job {job_id}", ["FIELD", "VALUE"], rows)
+    return 0
+
+
+@app.command()
+def logs(
+    job_id: JobIdArg,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")
+    ] = False,
+) -> int:
+    """Print a job's audit trail (events.ndjson), one JSON line per entry.
+
+    Example: delegate logs 1a2b3c4d --follow
+    """
+    from .services.logs import follow_log
+
+    def emit(line: bytes) -> None:
+        sys.stdout.buffer.write(line)
+        sys.stdout.flush()
+
+    follow_log(_state(), job_id, emit, follow=follow)
+    return 0
+
+
+@app.command()
+def cancel(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
+    """Cancel a pending or running job.
+
+    Example: delegate cancel 1a2b3c4d
+    """
+    from .services.jobs import cancel_job
+
+    job = cancel_job(_state(), job_id)
+    if as_json:
+        _print_json(job.public_dict())
+    else:
+        print(f"{job.job_id} cancelled")
+    return 0
+
+
+@app.command()
+def pick(
+    agent_session: Annotated[
+        str, typer.Option("--agent-session", help="Label of the session taking the job.")
+    ],
+    as_json: JsonOpt = False,
+) -> int:
+    """Claim the oldest pending job for a session; exit 1 when none is pending.
+
+    Example: delegate pick --agent-session worker-1 --json
+    """
+    from .services.jobs import pick_job
+
+    job = pick_job(_state(), agent_session)
+    if job is None:
+        print("no pending job", file=sys.stderr)
+        return 1
+    if as_json:
+        _print_json(job.public_dict())
+    else:
+        print(job.job_id)
+    return 0
+
+
+@app.command()
+def doctor(as_json: JsonOpt = False) -> int:
+    """Check the state directory, the registry (corrupt records) and the bus.
+
+    Exit status 0 when everything is fine, 1 when something needs attention.
+    Example: delegate doctor --json
+    """
+    from .services.doctor import healthy, run_checks
+
+    checks = run_checks(_state())
+    if as_json:
+        _print_json({"healthy": healthy(checks), "checks": [c.to_dict() for c in checks]})
+    else:
+        _table(None, ["CHECK", "STATUS", "DETAIL"], [[c.name, c.status, c.detail] for c in checks])
+    return 0 if healthy(checks) else 1
+
+
+def run(argv: list[str]) -> int:
+    """Run the typer app without letting it exit the process or print a traceback.
+
+    Usage errors become one line on stderr and exit 64, so they never collide with watch's
+    outcome codes (0-3).
+    """
+    from typer.exceptions import Abort, Exit, TyperException
+
+    if not argv:
+        argv = ["--help"]
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="delegate", standalone_mode=False)
+    except Exit as exc:
+        return int(exc.exit_code)
+    except Abort:
+        return 130
+    except TyperException as exc:
+        print(f"delegate: {exc.format_message()}", file=sys.stderr)
+        return 64
+    except DelegateError as exc:
+        print(f"delegate: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,95 @@
+"""The one exception hierarchy of the toolkit.
+
+Every error a user can cause or meet is a `DelegateError` subclass that keeps its facts as
+attributes and builds its own message. The CLI maps `exit_code` to the process exit status in one
+place; nothing below the CLI prints or exits.
+"""
+
+from __future__ import annotations
+
+
+class DelegateError(Exception):
+    """Base of every error the toolkit raises on purpose."""
+
+    exit_code = 4
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(DelegateError):
+    """The command line or an input value is not acceptable."""
+
+    exit_code = 64
+
+
+class InvalidJobId(UsageError):
+    def __init__(self, job_id: object) -> None:
+        self.job_id = job_id
+        super().__init__(f"invalid job id {job_id!r}: expected 8 lowercase hex characters")
+
+
+class JobNotFound(DelegateError):
+    exit_code = 66
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"no job {job_id}")
+
+
+class CorruptRecord(DelegateError):
+    """A job record did not parse; it was moved to quarantine, never overwritten."""
+
+    exit_code = 65
+
+    def __init__(self, job_id: str, quarantined_to: str, reason: str) -> None:
+        self.job_id = job_id
+        self.quarantined_to = quarantined_to
+        self.reason = reason
+        super().__init__(
+            f"job record {job_id} is corrupt ({reason}); moved to {quarantined_to}"
+        )
+
+
+class IllegalTransition(DelegateError):
+    exit_code = 67
+
+    def __init__(self, job_id: str, current: str, target: str) -> None:
+        self.job_id = job_id
+        self.current = current
+        self.target = target
+        super().__init__(f"job {job_id} cannot go from {current} to {target}")
+
+
+class PublishRefused(DelegateError):
+    """The publisher will not send this event (for example the job already ended)."""
+
+    exit_code = 67
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        self.job_id = job_id
+        self.reason = reason
+        super().__init__(f"cannot publish for job {job_id}: {reason}")
+
+
+class LockTimeout(DelegateError):
+    exit_code = 75
+
+    def __init__(self, path: str, timeout_s: float) -> None:
+        self.path = path
+        self.timeout_s = timeout_s
+        super().__init__(f"could not lock {path} within {timeout_s:g} s; another process holds it")
+
+
+class BusError(DelegateError):
+    """The bus could not be opened, or did not acknowledge a message."""
+
+    exit_code = 69
+
+
+class ConfigError(UsageError):
+    pass

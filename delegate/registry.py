@@ -1,0 +1,313 @@
+"""The job registry: one JSON record per job under `jobs/`, changed only under one lock.
+
+Layout inside the registry folder:
+  <job_id>.json         the record (0600), rewritten atomically
+  .lock                 the registry lock (flock)
+  pending/<job_id>      an empty marker per pending job, so `pick` never scans all history
+  keys/<sha256>         idempotency key -> job id
+  quarantine/           records that did not parse, moved aside and never rewritten
+
+Every change runs under the lock and calls `on_change(job, previous_status)` before the lock is
+released, so the audit trail (status.json) is written in the same order as the records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ._logging import get_logger
+from .errors import CorruptRecord, DelegateError, JobNotFound, PublishRefused
+from .fsio import FileLock, atomic_write, ensure_private_dir, fsync_dir
+from .model import (
+    EVENT_TARGET_STATE,
+    EventType,
+    Job,
+    JobState,
+    check_transition,
+    is_legal_transition,
+    publish_refusal,
+    validate_job_id,
+)
+
+log = get_logger(__name__)
+
+OnChange = Callable[[Job, "JobState | None"], None]
+
+
+def record_timestamp(now: datetime | None = None) -> str:
+    """Record times: ISO-8601 UTC with microseconds, so records sort by creation."""
+    now = now or datetime.now(timezone.utc)
+    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Registry:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        on_change: OnChange | None = None,
+        lock_timeout_s: float = 30.0,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.root = root
+        self.on_change = on_change
+        self._now = now or (lambda: datetime.now(timezone.utc))
+        self._lock = FileLock(root / ".lock", lock_timeout_s)
+        ensure_private_dir(root)
+        self.pending_dir = ensure_private_dir(root / "pending")
+        self.keys_dir = ensure_private_dir(root / "keys")
+        self.quarantine_dir = root / "quarantine"
+
+    # --- paths and raw records -----------------------------------------------------------
+
+    def path_for(self, job_id: str) -> Path:
+        return self.root / f"{validate_job_id(job_id)}.json"
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        with self._lock:
+            yield
+
+    def _load(self, job_id: str, *, quarantine: bool) -> Job:
+        path = self.path_for(job_id)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise JobNotFound(job_id) from None
+        try:
+            job = Job.from_dict(json.loads(raw))
+            if job.job_id != job_id:
+                raise ValueError(f"record names job {job.job_id}")
+            return job
+        except (ValueError, TypeError) as exc:
+            reason = str(exc) if not isinstance(exc, json.JSONDecodeError) else "not valid JSON"
+            if not quarantine:
+                raise CorruptRecord(job_id, "(not moved)", reason) from None
+            moved = self._quarantine(path, reason)
+            raise CorruptRecord(job_id, str(moved), reason) from None
+
+    def _quarantine(self, path: Path, reason: str) -> Path:
+        """Move a record that does not parse aside; called under the lock."""
+        ensure_private_dir(self.quarantine_dir)
+        stamp = self._now().strftime("%Y%m%dT%H%M%S%fZ")
+        target = self.quarantine_dir / f"{path.name}.{stamp}"
+        os.replace(path, target)
+        fsync_dir(self.root)
+        log.warning("quarantined corrupt job record %s (%s) to %s", path.name, reason, target)
+        return target
+
+    def _save(self, job: Job, previous: JobState | None) -> Job:
+        job = job._replace(updated_at=record_timestamp(self._now()))
+        data = json.dumps(job.to_dict(), indent=2, sort_keys=True).encode("utf-8") + b"\n"
+        atomic_write(self.path_for(job.job_id), data)
+        if self.on_change is not None and previous != job.status:
+            self.on_change(job, previous)
+        return job
+
+    def _set_pending_marker(self, job_id: str, present: bool) -> None:
+        marker = self.pending_dir / job_id
+        if present:
+            marker.touch(mode=0o600)
+        else:
+            marker.unlink(missing_ok=True)
+        fsync_dir(self.pending_dir)
+
+    def _get_locked(self, job_id: str) -> Job:
+        return self._load(job_id, quarantine=True)
+
+    # --- queries -------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job:
+        """The current record. Records are replaced atomically, so reading needs no lock;
+        a record that does not parse is re-read under the lock and then quarantined."""
+        try:
+            return self._load(job_id, quarantine=False)
+        except CorruptRecord:
+            with self.locked():
+                return self._get_locked(job_id)
+
+    def list(self, status: JobState | None = None) -> list[Job]:
+        """All parseable jobs, oldest first; corrupt records are quarantined and skipped."""
+        jobs = []
+        for path in self.root.glob("*.json"):
+            job_id = path.stem
+            try:
+                job = self.get(job_id)
+            except DelegateError:
+                continue  # not a job id, gone meanwhile, or quarantined and logged by get()
+            if status is None or job.status is status:
+                jobs.append(job)
+        jobs.sort(key=lambda j: (j.created_at, j.job_id))
+        return jobs
+
+    def quarantined(self) -> list[Path]:
+        if not self.quarantine_dir.is_dir():
+            return []
+        return sorted(self.quarantine_dir.iterdir())
+
+    def stale_temp_files(self) -> list[Path]:
+        return sorted(self.root.glob(".*.tmp"))
+
+    # --- changes -------------------------------------------------------------------------
+
+    def register(
+        self,
+        *,
+        agent: str | None = None,
+        command: str | None = None,
+        workdir: str | None = None,
+        session: str | None = None,
+        wall_timeout_s: float | None = None,
+        idle_timeout_s: float | None = None,
+        bus: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> tuple[Job, bool]:
+        """Create a pending job; return (job, created).
+
+        With an idempotency key already used, return that job and created=False. The key file
+        is written before the record, so a crash in between is completed by the next call with
+        the same key instead of creating a second job.
+        """
+        import secrets  # ~10 ms to import; only registering needs it
+
+        with self.locked():
+            key_path = None
+            job_id = None
+            if idempotency_key is not None:
+                digest = hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()
+                key_path = self.keys_dir / digest
+                try:
+                    job_id = validate_job_id(key_path.read_text().strip())
+                    return self._get_locked(job_id), False
+                except FileNotFoundError:
+                    job_id = None
+                except JobNotFound:
+                    pass  # key written, record not: finish what a crashed call started
+            while job_id is None:
+                candidate = secrets.token_hex(4)
+                if not self.path_for(candidate).exists():
+                    job_id = candidate
+            if key_path is not None and not key_path.exists():
+                atomic_write(key_path, job_id.encode("ascii"))
+            stamp = record_timestamp(self._now())
+            job = Job(
+                job_id=job_id,
+                status=JobState.PENDING,
+                created_at=stamp,
+                updated_at=stamp,
+                auth_token=secrets.token_urlsafe(32),
+                agent=agent,
+                command=command,
+                workdir=workdir,
+                session=session,
+                wall_timeout_s=wall_timeout_s,
+                idle_timeout_s=idle_timeout_s,
+                bus=dict(bus or {}),
+                idempotency_key=idempotency_key,
+            )
+            self._set_pending_marker(job_id, True)
+            return self._save(job, None), True
+
+    def transition(self, job_id: str, target: JobState, *, reason: str | None = None) -> Job:
+        """Move a job to `target`; raise IllegalTransition when the table forbids it."""
+        with self.locked():
+            job = self._get_locked(job_id)
+            check_transition(job_id, job.status, target)
+            return self._move(job, target, reason)
+
+    def _move(self, job: Job, target: JobState, reason: str | None) -> Job:
+        previous = job.status
+        job = job._replace(status=target)
+        if target is JobState.ERROR:
+            job = job._replace(error=reason or "error")
+        job = self._save(job, previous)
+        if previous is JobState.PENDING:
+            self._set_pending_marker(job.job_id, False)
+        return job
+
+    def finish_if_open(self, job_id: str, target: JobState, *, reason: str) -> tuple[Job, bool]:
+        """Move a job that has not ended yet to `target`; leave an ended job as it is.
+
+        For the subscriber and the monitor, which may race with the publisher: whoever is
+        first decides, and the others see (job, False).
+        """
+        with self.locked():
+            job = self._get_locked(job_id)
+            if job.status.terminal:
+                return job, False
+            check_transition(job_id, job.status, target)
+            return self._move(job, target, reason), True
+
+    def apply_event(self, job_id: str, event: EventType, *, detail: str = "") -> tuple[Job, bool]:
+        """Apply the state change an accepted event implies; return (job, changed).
+
+        Idempotent: applying the same event twice, or an event after the job ended, changes
+        nothing. A `completed` seen while the job is still pending (its `started` was lost)
+        passes through running, so both moves are legal and recorded.
+        """
+        target = EVENT_TARGET_STATE.get(event)
+        with self.locked():
+            job = self._get_locked(job_id)
+            if target is None or job.status is target or job.status.terminal:
+                return job, False
+            if not is_legal_transition(job.status, target):
+                job = self._move(job, JobState.RUNNING, None)
+            reason = None
+            if target is JobState.ERROR:
+                reason = f"agent_error: {detail}" if detail else "agent_error"
+            return self._move(job, target, reason), True
+
+    def next_seq(self, job_id: str, event: EventType) -> tuple[Job, int]:
+        """Allocate the next seq for `event` and store it as `last_seq`.
+
+        Refuses (PublishRefused) when the job may not take this event, decided under the lock
+        so a concurrent terminal event cannot slip in between the check and the allocation.
+        """
+        with self.locked():
+            job = self._get_locked(job_id)
+            refusal = publish_refusal(job, event)
+            if refusal:
+                raise PublishRefused(job_id, refusal)
+            job = self._save(job._replace(last_seq=job.last_seq + 1), job.status)
+            return job, job.last_seq
+
+    def pick(self, agent_session: str) -> Job | None:
+        """Claim the oldest pending job for `agent_session`, or return None."""
+        with self.locked():
+            candidates = []
+            for marker in self.pending_dir.iterdir():
+                try:
+                    job = self._get_locked(marker.name)
+                except (JobNotFound, CorruptRecord, ValueError):
+                    marker.unlink(missing_ok=True)
+                    continue
+                if job.status is JobState.PENDING:
+                    candidates.append(job)
+                else:
+                    marker.unlink(missing_ok=True)  # left by a crash after the record moved on
+            if not candidates:
+                return None
+            job = min(candidates, key=lambda j: (j.created_at, j.job_id))
+            return self._move(job._replace(picked_by=agent_session), JobState.RUNNING, None)
+
+    def update(self, job_id: str, **changes: Any) -> Job:
+        """Set plain fields (session name, bus overrides); never the status or the token."""
+        forbidden = {"status", "auth_token", "job_id", "last_seq", "created_at"} & changes.keys()
+        if forbidden:
+            raise ValueError(f"cannot update {', '.join(sorted(forbidden))} directly")
+        with self.locked():
+            job = self._get_locked(job_id)
+            unknown = changes.keys() - set(Job._fields)
+            if unknown:
+                raise ValueError(f"job records have no field {', '.join(sorted(unknown))}")
+            return self._save(job._replace(**changes), job.status)
+
+    def cancel(self, job_id: str) -> Job:
+        return self.transition(job_id, JobState.CANCELLED)

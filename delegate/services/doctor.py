@@ -1,0 +1,81 @@
+"""`delegate doctor`: check the state directory, the registry and the bus, and say what is wrong."""
+
+from __future__ import annotations
+
+import stat
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..bus import open_bus
+from ..errors import DelegateError
+from ..model import JobState
+from .state import State
+
+OK = "ok"
+WARN = "warn"
+FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _mode(path: Any) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def run_checks(state: State) -> list[Check]:
+    checks: list[Check] = []
+    home = state.layout.home
+    mode = _mode(home)
+    checks.append(
+        Check("state_dir", OK if mode == 0o700 else WARN, f"{home} (mode {mode:o})")
+    )
+
+    quarantined = state.registry.quarantined()
+    if quarantined:
+        names = ", ".join(p.name for p in quarantined[:5])
+        more = f" and {len(quarantined) - 5} more" if len(quarantined) > 5 else ""
+        checks.append(Check("quarantine", WARN,
+                            f"{len(quarantined)} corrupt record(s) kept aside: {names}{more}"))
+    else:
+        checks.append(Check("quarantine", OK, "no corrupt job records"))
+
+    jobs = state.registry.list()  # quarantines any newly found corrupt record
+    newly = len(state.registry.quarantined()) - len(quarantined)
+    if newly:
+        checks.append(Check("registry", WARN, f"{newly} corrupt record(s) found and quarantined now"))
+    counts = {s.value: 0 for s in JobState}
+    loose_modes = []
+    for job in jobs:
+        counts[job.status.value] += 1
+        if _mode(state.registry.path_for(job.job_id)) != 0o600:
+            loose_modes.append(job.job_id)
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no jobs"
+    checks.append(Check("registry", OK, f"{len(jobs)} job(s): {summary}"))
+    if loose_modes:
+        checks.append(Check("permissions", WARN,
+                            f"records not mode 0600: {', '.join(loose_modes[:5])}"))
+    stale = state.registry.stale_temp_files()
+    if stale:
+        checks.append(Check("temp_files", WARN,
+                            f"{len(stale)} leftover temp file(s) from interrupted writes"))
+
+    url = state.default_bus_url()
+    try:
+        bus = open_bus(url, env=state.env)
+        bus.close()
+        checks.append(Check("bus", OK, f"{url} is reachable"))
+    except DelegateError as exc:
+        checks.append(Check("bus", FAIL, str(exc)))
+    return checks
+
+
+def healthy(checks: list[Check]) -> bool:
+    return all(c.status == OK for c in checks)

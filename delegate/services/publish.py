@@ -1,0 +1,92 @@
+"""Publishing one event for a job: allocate the seq, sign, send, audit, apply its transition.
+
+This is the hot path of every agent report, so it imports nothing heavy: no typer, no paho
+(unless the job lives on MQTT), no platformdirs when DELEGATE_HOME is set.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .. import audit
+from .._logging import get_logger
+from ..errors import BusError, DelegateError, UsageError
+from ..model import EventType, validate_job_id
+from ..protocol import MAX_MESSAGE_BYTES, build_envelope, encode, redact, sign
+from .state import State
+
+log = get_logger(__name__)
+
+
+def parse_event(name: str) -> EventType:
+    try:
+        return EventType(name)
+    except ValueError:
+        names = ", ".join(e.value for e in EventType)
+        raise UsageError(f"unknown event {name!r}; expected one of {names}") from None
+
+
+def parse_data(text: str | None) -> dict[str, Any]:
+    if text is None or text == "":
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--data is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(data, dict):
+        raise UsageError("--data must be a JSON object")
+    return data
+
+
+def resolve_job_id(job_id: str | None, env: dict[str, str] | Any) -> str:
+    job_id = job_id or env.get("DELEGATE_JOB_ID")
+    if not job_id:
+        raise UsageError("no job given: pass --job ID or set DELEGATE_JOB_ID")
+    return validate_job_id(job_id)
+
+
+def publish_event(
+    state: State,
+    job_id: str,
+    event_name: str,
+    *,
+    detail: str = "",
+    data: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Publish one signed event; return the envelope that went on the bus.
+
+    Raises UsageError for bad input (checked before a seq is spent), PublishRefused when the
+    job may not take the event, BusError when the bus did not acknowledge it.
+    """
+    validate_job_id(job_id)
+    event = parse_event(event_name)
+    job = state.registry.get(job_id)
+    safe_detail = redact(detail or "", secrets=(job.auth_token,))
+    try:
+        probe = encode(sign(build_envelope(job_id=job_id, seq=job.last_seq + 1, event=event.value,
+                                           detail=safe_detail, data=data), job.auth_token))
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"cannot build the event: {exc}") from None
+    if len(probe) + 16 > MAX_MESSAGE_BYTES:  # 16: room for a longer seq
+        raise UsageError(f"the event is {len(probe)} bytes; the limit is {MAX_MESSAGE_BYTES}")
+
+    job, seq = state.registry.next_seq(job_id, event)
+    envelope = sign(
+        build_envelope(job_id=job_id, seq=seq, event=event.value, detail=safe_detail, data=data),
+        job.auth_token,
+    )
+    try:
+        bus = state.open_bus_for(job)
+        try:
+            bus.publish(job_id, encode(envelope), retain=event.terminal)
+        finally:
+            bus.close()
+    except DelegateError as exc:
+        state.audit.append(job_id, "publish_failed", seq=seq, event=event.value, reason=str(exc))
+        if isinstance(exc, BusError):
+            raise
+        raise BusError(str(exc)) from None
+    state.audit.append(job_id, audit.PUBLISHED, seq=seq, event=event.value, envelope=envelope)
+    state.registry.apply_event(job_id, event, detail=safe_detail)
+    return envelope

@@ -1,0 +1,56 @@
+"""The opened state directory: layout, registry wired to the audit log, and bus selection."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from ..audit import AuditLog
+from ..bus import Bus, open_bus
+from ..config import Layout, bus_url, state_home
+from ..model import Job
+from ..registry import Registry
+
+
+def strip_password(url: str) -> str:
+    """The URL with any password removed, for storing in records and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    netloc = f"{parts.username}@{host}" if parts.username else host
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class State:
+    """The opened state directory with its registry (wired to the audit log) and environment."""
+
+    def __init__(
+        self, layout: Layout, registry: Registry, audit: AuditLog, env: Mapping[str, str]
+    ) -> None:
+        self.layout = layout
+        self.registry = registry
+        self.audit = audit
+        self.env = env
+
+    @classmethod
+    def open(cls, env: Mapping[str, str] | None = None, home: Path | None = None) -> State:
+        env = dict(os.environ) if env is None else env
+        layout = Layout(home or state_home(env)).create()
+        audit = AuditLog(layout.logs)
+        registry = Registry(layout.jobs, on_change=audit.record_change)
+        return cls(layout=layout, registry=registry, audit=audit, env=env)
+
+    def default_bus_url(self, explicit: str | None = None) -> str:
+        return bus_url(self.layout, self.env, explicit)
+
+    def bus_url_for(self, job: Job) -> str:
+        """A job lives on the bus recorded at registration (its per-job override)."""
+        return str(job.bus.get("url") or self.default_bus_url())
+
+    def open_bus_for(self, job: Job) -> Bus:
+        return open_bus(self.bus_url_for(job), env=self.env)

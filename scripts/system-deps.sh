@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Make sure the system tools delegate needs are installed.
+# As root on Debian/Ubuntu this installs what is missing with apt-get; otherwise it stops with
+# one message naming the packages to install.
+set -euo pipefail
+
+missing=()
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
+command -v mosquitto_pub >/dev/null 2>&1 || missing+=(mosquitto-clients)
+java_ok=false
+if command -v java >/dev/null 2>&1; then
+    major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)
+    [ -n "$major" ] && [ "$major" -ge 17 ] && java_ok=true
+fi
+$java_ok || missing+=(openjdk-17-jre-headless)
+
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing system packages: ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    exit 0
+fi
+echo "delegate needs these system packages: ${missing[*]} (install them, e.g. sudo apt-get install ${missing[*]})" >&2
+exit 1
