@@ -26,7 +26,9 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, BrokenPipeError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 141  # the reader went away (`delegate jobs | head`): stop quietly
-        print(f"delegate: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        print(
+            f"delegate: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr
+        )
         return 74
 
 

@@ -60,7 +60,9 @@ def register(
     ] = None,
     idempotency_key: Annotated[
         str | None,
-        typer.Option("--idempotency-key", help="Same key, same job: a second call creates nothing."),
+        typer.Option(
+            "--idempotency-key", help="Same key, same job: a second call creates nothing."
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> int:
@@ -94,7 +96,9 @@ def publish(
     job: Annotated[
         str | None, typer.Option("--job", help="Job id; defaults to $DELEGATE_JOB_ID.")
     ] = None,
-    detail: Annotated[str, typer.Option("--detail", help="Short text; redacted before sending.")] = "",
+    detail: Annotated[
+        str, typer.Option("--detail", help="Short text; redacted before sending.")
+    ] = "",
     data: Annotated[str | None, typer.Option("--data", help="A JSON object of extra data.")] = None,
 ) -> int:
     """Publish one signed event for a job.
@@ -135,9 +139,7 @@ def watch(
 
 @app.command()
 def jobs(
-    status: Annotated[
-        str | None, typer.Option("--status", help="Only jobs in this state.")
-    ] = None,
+    status: Annotated[str | None, typer.Option("--status", help="Only jobs in this state.")] = None,
     as_json: JsonOpt = False,
 ) -> int:
     """List jobs, oldest first.
@@ -153,8 +155,14 @@ def jobs(
             _print_json(job.public_dict())
         return 0
     rows = [
-        [j.job_id, j.status.value, j.agent or "-", j.created_at[:19].replace("T", " "),
-         j.session or "-", j.error or ""]
+        [
+            j.job_id,
+            j.status.value,
+            j.agent or "-",
+            j.created_at[:19].replace("T", " "),
+            j.session or "-",
+            j.error or "",
+        ]
         for j in found
     ]
     _table(None, ["JOB", "STATUS", "AGENT", "CREATED (UTC)", "SESSION", "ERROR"], rows)
@@ -174,8 +182,10 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
     if as_json:
         _print_json(record)
         return 0
-    rows = [[k, "" if v is None else json.dumps(v) if isinstance(v, dict) else str(v)]
-            for k, v in sorted(record.items())]
+    rows = [
+        [k, "" if v is None else json.dumps(v) if isinstance(v, dict) else str(v)]
+        for k, v in sorted(record.items())
+    ]
     _table(f"job {job_id}", ["FIELD", "VALUE"], rows)
     return 0
 

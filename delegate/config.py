@@ -67,7 +67,9 @@ class Layout:
         return self
 
 
-def bus_url(layout: Layout, env: Mapping[str, str] | None = None, explicit: str | None = None) -> str:
+def bus_url(
+    layout: Layout, env: Mapping[str, str] | None = None, explicit: str | None = None
+) -> str:
     env = os.environ if env is None else env
     url = explicit or env.get(BUS_ENV) or layout.default_bus_url()
     if "://" not in url:

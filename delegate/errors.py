@@ -50,9 +50,7 @@ class CorruptRecord(DelegateError):
         self.job_id = job_id
         self.quarantined_to = quarantined_to
         self.reason = reason
-        super().__init__(
-            f"job record {job_id} is corrupt ({reason}); moved to {quarantined_to}"
-        )
+        super().__init__(f"job record {job_id} is corrupt ({reason}); moved to {quarantined_to}")
 
 
 class IllegalTransition(DelegateError):

@@ -27,7 +27,9 @@ def parse_publish_args(argv: list[str]) -> dict[str, str | None]:
         arg = rest.pop(0)
         name, sep, value = arg.partition("=")
         if name not in PUBLISH_OPTIONS:
-            raise UsageError(f"unexpected argument {arg!r} (publish takes {', '.join(PUBLISH_OPTIONS)})")
+            raise UsageError(
+                f"unexpected argument {arg!r} (publish takes {', '.join(PUBLISH_OPTIONS)})"
+            )
         if not sep:
             if not rest:
                 raise UsageError(f"option {name} needs a value")
@@ -38,9 +40,7 @@ def parse_publish_args(argv: list[str]) -> dict[str, str | None]:
     return values
 
 
-def run_publish(
-    *, job: str | None, event: str, detail: str = "", data: str | None = None
-) -> int:
+def run_publish(*, job: str | None, event: str, detail: str = "", data: str | None = None) -> int:
     """Publish and print a one-line JSON receipt; errors propagate as DelegateError."""
     from .services.publish import parse_data, publish_event, resolve_job_id
     from .services.state import State
@@ -57,7 +57,10 @@ def main_publish(argv: list[str]) -> int:
     try:
         args = parse_publish_args(argv)
         return run_publish(
-            job=args["job"], event=str(args["event"]), detail=args["detail"] or "", data=args["data"]
+            job=args["job"],
+            event=str(args["event"]),
+            detail=args["detail"] or "",
+            data=args["data"],
         )
     except DelegateError as exc:
         print(f"delegate: {exc}", file=sys.stderr)

@@ -7,7 +7,7 @@ state asks `check_transition` first, so an illegal move raises instead of being 
 from __future__ import annotations
 
 import re
-from enum import Enum
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 from .errors import IllegalTransition, InvalidJobId
@@ -26,7 +26,7 @@ def validate_job_id(job_id: object) -> str:
     return job_id
 
 
-class JobState(str, Enum):
+class JobState(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     COMPLETED = "completed"
@@ -58,14 +58,14 @@ def check_transition(job_id: str, current: JobState, target: JobState) -> None:
         raise IllegalTransition(job_id, current.value, target.value)
 
 
-class SessionState(str, Enum):
+class SessionState(StrEnum):
     RUNNING = "running"
     STOPPED = "stopped"
     TERMINATED = "terminated"
     ARCHIVED = "archived"
 
 
-class EventType(str, Enum):
+class EventType(StrEnum):
     STARTED = "started"
     PROGRESS = "progress"
     PERMISSION_REQUIRED = "permission_required"

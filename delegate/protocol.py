@@ -13,7 +13,7 @@ import json
 import os
 import re
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from .model import EVENT_NAMES
@@ -22,7 +22,9 @@ SCHEMA_VERSION = 1
 MAX_MESSAGE_BYTES = 64 * 1024
 MAX_DETAIL_CHARS = 1000
 SIG_FIELD = "hmac_sig"
-ENVELOPE_FIELDS = frozenset({"schema_version", "seq", "job_id", "event", "timestamp", "detail", "data"})
+ENVELOPE_FIELDS = frozenset(
+    {"schema_version", "seq", "job_id", "event", "timestamp", "detail", "data"}
+)
 TERMINAL_EVENTS = frozenset({"completed", "error"})
 
 # Reasons a receiver gives for dropping a message; they are stable strings for the audit log.
@@ -46,8 +48,8 @@ def canonical_json(obj: Any) -> bytes:
 
 
 def utc_timestamp(now: datetime | None = None) -> str:
-    now = now or datetime.now(timezone.utc)
-    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    now = now or datetime.now(UTC)
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _signing_bytes(envelope: dict[str, Any]) -> bytes:
@@ -91,7 +93,9 @@ def build_envelope(
 ) -> dict[str, Any]:
     """An unsigned envelope; raise ValueError when a field breaks the schema."""
     if event not in EVENT_NAMES:
-        raise ValueError(f"unknown event {event!r}; expected one of {', '.join(sorted(EVENT_NAMES))}")
+        raise ValueError(
+            f"unknown event {event!r}; expected one of {', '.join(sorted(EVENT_NAMES))}"
+        )
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
         raise ValueError("seq must be a positive integer")
     data = dict(data or {})
@@ -144,7 +148,9 @@ def parse_envelope(raw: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> dict[str, 
     if not isinstance(obj, dict):
         return Rejected(MALFORMED, "message is not a JSON object")
     if obj.get("schema_version") != SCHEMA_VERSION or isinstance(obj.get("schema_version"), bool):
-        return Rejected(BAD_SCHEMA_VERSION, f"schema_version {obj.get('schema_version')!r} is not 1")
+        return Rejected(
+            BAD_SCHEMA_VERSION, f"schema_version {obj.get('schema_version')!r} is not 1"
+        )
     missing = ENVELOPE_FIELDS - obj.keys()
     extra = obj.keys() - ENVELOPE_FIELDS
     if missing or extra:
@@ -194,7 +200,9 @@ class Receiver:
         if not verify(parsed, self.token):
             return Rejected(BAD_SIGNATURE, "HMAC signature does not match", seq)
         if self.terminal_event is not None:
-            return Rejected(AFTER_TERMINAL, f"arrived after the terminal {self.terminal_event} event", seq)
+            return Rejected(
+                AFTER_TERMINAL, f"arrived after the terminal {self.terminal_event} event", seq
+            )
         if seq in self.seen:
             return Rejected(DUPLICATE_SEQ, f"seq {seq} was already accepted", seq)
         self.seen.add(seq)
@@ -229,8 +237,8 @@ def redact(text: str, *, home: str | None = None, secrets: Iterable[str] = ()) -
         if secret:
             text = text.replace(secret, REDACTED)
     text = _URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
-    text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
     text = _KNOWN_TOKENS.sub(REDACTED, text)
     home = home if home is not None else os.path.expanduser("~")
     if home and home not in ("/", "~"):

@@ -13,12 +13,13 @@ released, so the audit trail (status.json) is written in the same order as the r
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,8 @@ OnChange = Callable[[Job, "JobState | None"], None]
 
 def record_timestamp(now: datetime | None = None) -> str:
     """Record times: ISO-8601 UTC with microseconds, so records sort by creation."""
-    now = now or datetime.now(timezone.utc)
-    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    now = now or datetime.now(UTC)
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Registry:
@@ -58,7 +59,7 @@ class Registry:
     ) -> None:
         self.root = root
         self.on_change = on_change
-        self._now = now or (lambda: datetime.now(timezone.utc))
+        self._now = now or (lambda: datetime.now(UTC))
         self._lock = FileLock(root / ".lock", lock_timeout_s)
         ensure_private_dir(root)
         self.pending_dir = ensure_private_dir(root / "pending")
@@ -147,12 +148,12 @@ class Registry:
         jobs.sort(key=lambda j: (j.created_at, j.job_id))
         return jobs
 
-    def quarantined(self) -> list[Path]:
+    def quarantined(self) -> builtins.list[Path]:
         if not self.quarantine_dir.is_dir():
             return []
         return sorted(self.quarantine_dir.iterdir())
 
-    def stale_temp_files(self) -> list[Path]:
+    def stale_temp_files(self) -> builtins.list[Path]:
         return sorted(self.root.glob(".*.tmp"))
 
     # --- changes -------------------------------------------------------------------------

@@ -59,9 +59,12 @@ def open_bus(url: str, env: Mapping[str, str] | None = None) -> Bus:
 
         return SqliteBus.from_url(url)
     if scheme in ("mqtt", "mqtts"):
+        import importlib
+
         try:
-            from .mqtt import MqttBus  # type: ignore[import-not-found, unused-ignore]
+            transport = importlib.import_module(".mqtt", __package__)
         except ImportError as exc:
             raise BusError(f"the MQTT transport is not available: {exc}") from None
-        return MqttBus.from_url(url, env=env)  # type: ignore[no-any-return, unused-ignore]
+        bus: Bus = transport.MqttBus.from_url(url, env=env)
+        return bus
     raise BusError(f"unsupported bus URL {url!r}; use sqlite:///path or mqtt(s)://host:port")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -44,8 +45,10 @@ CREATE TABLE IF NOT EXISTS cursors (
 """
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+def _connect(path: Path, *, shared: bool = False) -> sqlite3.Connection:
+    conn = sqlite3.connect(
+        path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=not shared
+    )
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA synchronous = FULL")  # a publish is acknowledged only once durable
     return conn
@@ -57,11 +60,13 @@ class SqliteBus:
         self.url = f"sqlite://{path}"
         self.blob_dir = path.parent / "blobs"
         self._conn: sqlite3.Connection | None = None
+        self._publish_lock = threading.Lock()
         try:
             ensure_private_dir(path.parent)
             if not path.exists():
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE))
-            conn = _connect(path)
+            # Publishing may come from any thread (a monitor's workers); calls are serialised.
+            conn = _connect(path, shared=True)
             if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.executescript(_SCHEMA)
@@ -91,11 +96,12 @@ class SqliteBus:
             ref = self._store_blob(payload)
             inline = None
         try:
-            conn.execute(
-                "INSERT INTO messages (job_id, ts_ms, retain, payload, payload_ref)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (job_id, time.time_ns() // 1_000_000, int(retain), inline, ref),
-            )
+            with self._publish_lock:
+                conn.execute(
+                    "INSERT INTO messages (job_id, ts_ms, retain, payload, payload_ref)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (job_id, time.time_ns() // 1_000_000, int(retain), inline, ref),
+                )
         except sqlite3.Error as exc:
             raise BusError(f"the SQLite bus did not take the message: {exc}") from None
 
@@ -184,7 +190,7 @@ class SqliteSubscription:
 
     def _changed(self) -> bool:
         version = self._live().execute("PRAGMA data_version").fetchone()[0]
-        changed = version != self._data_version
+        changed = bool(version != self._data_version)
         self._data_version = version
         return changed
 

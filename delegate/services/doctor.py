@@ -34,23 +34,28 @@ def run_checks(state: State) -> list[Check]:
     checks: list[Check] = []
     home = state.layout.home
     mode = _mode(home)
-    checks.append(
-        Check("state_dir", OK if mode == 0o700 else WARN, f"{home} (mode {mode:o})")
-    )
+    checks.append(Check("state_dir", OK if mode == 0o700 else WARN, f"{home} (mode {mode:o})"))
 
     quarantined = state.registry.quarantined()
     if quarantined:
         names = ", ".join(p.name for p in quarantined[:5])
         more = f" and {len(quarantined) - 5} more" if len(quarantined) > 5 else ""
-        checks.append(Check("quarantine", WARN,
-                            f"{len(quarantined)} corrupt record(s) kept aside: {names}{more}"))
+        checks.append(
+            Check(
+                "quarantine",
+                WARN,
+                f"{len(quarantined)} corrupt record(s) kept aside: {names}{more}",
+            )
+        )
     else:
         checks.append(Check("quarantine", OK, "no corrupt job records"))
 
     jobs = state.registry.list()  # quarantines any newly found corrupt record
     newly = len(state.registry.quarantined()) - len(quarantined)
     if newly:
-        checks.append(Check("registry", WARN, f"{newly} corrupt record(s) found and quarantined now"))
+        checks.append(
+            Check("registry", WARN, f"{newly} corrupt record(s) found and quarantined now")
+        )
     counts = {s.value: 0 for s in JobState}
     loose_modes = []
     for job in jobs:
@@ -60,12 +65,14 @@ def run_checks(state: State) -> list[Check]:
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no jobs"
     checks.append(Check("registry", OK, f"{len(jobs)} job(s): {summary}"))
     if loose_modes:
-        checks.append(Check("permissions", WARN,
-                            f"records not mode 0600: {', '.join(loose_modes[:5])}"))
+        checks.append(
+            Check("permissions", WARN, f"records not mode 0600: {', '.join(loose_modes[:5])}")
+        )
     stale = state.registry.stale_temp_files()
     if stale:
-        checks.append(Check("temp_files", WARN,
-                            f"{len(stale)} leftover temp file(s) from interrupted writes"))
+        checks.append(
+            Check("temp_files", WARN, f"{len(stale)} leftover temp file(s) from interrupted writes")
+        )
 
     url = state.default_bus_url()
     try:

@@ -32,7 +32,7 @@ def parse_data(text: str | None) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise UsageError(f"--data is not valid JSON: {exc.msg} at position {exc.pos}") from None
     if not isinstance(data, dict):
         raise UsageError("--data must be a JSON object")
@@ -64,8 +64,18 @@ def publish_event(
     job = state.registry.get(job_id)
     safe_detail = redact(detail or "", secrets=(job.auth_token,))
     try:
-        probe = encode(sign(build_envelope(job_id=job_id, seq=job.last_seq + 1, event=event.value,
-                                           detail=safe_detail, data=data), job.auth_token))
+        probe = encode(
+            sign(
+                build_envelope(
+                    job_id=job_id,
+                    seq=job.last_seq + 1,
+                    event=event.value,
+                    detail=safe_detail,
+                    data=data,
+                ),
+                job.auth_token,
+            )
+        )
     except (ValueError, TypeError) as exc:
         raise UsageError(f"cannot build the event: {exc}") from None
     if len(probe) + 16 > MAX_MESSAGE_BYTES:  # 16: room for a longer seq

@@ -84,7 +84,9 @@ class Watcher:
 
     def _handle(self, message: Message) -> Accepted | Rejected:
         if message.problem:
-            verdict: Accepted | Rejected = Rejected(message.problem, "the transport lost the payload")
+            verdict: Accepted | Rejected = Rejected(
+                message.problem, "the transport lost the payload"
+            )
         else:
             verdict = self.receiver.check(message.payload)
         if isinstance(verdict, Accepted):
@@ -117,7 +119,9 @@ class Watcher:
             self._handle(message)
 
     def _time_out(self, reason: str) -> WatchOutcome:
-        job, changed = self.state.registry.finish_if_open(self.job_id, JobState.ERROR, reason=reason)
+        job, changed = self.state.registry.finish_if_open(
+            self.job_id, JobState.ERROR, reason=reason
+        )
         if changed:
             log.warning("job %s timed out (%s)", self.job_id, reason)
             return WatchOutcome(EXIT_TIMEOUT, job.status.value, reason)

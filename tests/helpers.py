@@ -1,0 +1,79 @@
+"""Shared test helpers: running the real CLI, waiting with a deadline instead of sleeping."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def retry_until(check: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.01) -> T:
+    """Call `check` until it returns something truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(interval)
+
+
+def cli_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DELEGATE_")}
+    env["DELEGATE_HOME"] = str(home)
+    env.update(extra or {})
+    return env
+
+
+def delegate_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "delegate", *args]
+
+
+def run_cli(
+    home: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        delegate_cmd(*args),
+        env=cli_env(home, env),
+        capture_output=True,
+        text=True,
+        input=input,
+        timeout=timeout,
+    )
+
+
+def popen_cli(
+    home: Path, *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        delegate_cmd(*args),
+        env=cli_env(home, env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str]) -> None:
+    """Bad input: non-zero exit, exactly one line on stderr, no traceback."""
+    assert result.returncode != 0, result
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert lines[0].startswith("delegate: "), lines

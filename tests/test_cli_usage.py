@@ -1,0 +1,160 @@
+"""Bad usage and bad input through the real CLI: one clear line, a non-zero exit, no traceback,
+and nothing already recorded is lost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from delegate import cli, fastcli
+
+from .helpers import assert_one_line_error, json_lines, run_cli
+
+COMMANDS = ["register", "publish", "watch", "jobs", "show", "logs", "cancel", "pick", "doctor"]
+
+
+@pytest.fixture
+def job_id(home: Path) -> str:
+    result = run_cli(home, "register", "--cmd", "true")
+    assert result.returncode == 0
+    return result.stdout.strip()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["watch", "../x"],
+        ["show", "ABCDEF12"],
+        ["cancel", ""],
+        ["logs", "0123456789"],
+        ["show", "0badc0de"],
+        ["publish", "--job", "../../etc", "--event", "started"],
+        ["publish", "--event", "started"],
+        ["publish", "--job", "{job}", "--event", "exploded"],
+        ["publish", "--job", "{job}", "--event", "started", "--data", "{not json"],
+        ["publish", "--job", "{job}", "--event", "started", "--data", "[1, 2]"],
+        ["publish", "--job", "{job}", "--event", "started", "--data", '{"hmac_sig": "x"}'],
+        [
+            "publish",
+            "--job",
+            "{job}",
+            "--event",
+            "started",
+            "--detail",
+            "x" * 10,
+            "--data",
+            json.dumps({"blob": "y" * 70000}),
+        ],
+        ["publish", "--job", "{job}", "--event", "progress"],
+        ["publish", "--job", "{job}", "--bogus", "1"],
+        ["publish", "--job", "{job}", "--event"],
+        ["jobs", "--status", "finished"],
+        ["register", "--wall-timeout", "soon"],
+        ["register", "--idle-timeout", "-3"],
+        ["register", "--idempotency-key", "  "],
+        ["nonsense"],
+        ["watch"],
+    ],
+    ids=[
+        "watch-dotdot",
+        "show-upper",
+        "cancel-empty",
+        "logs-long",
+        "show-unknown",
+        "publish-path",
+        "publish-no-job",
+        "publish-bad-event",
+        "publish-bad-json",
+        "publish-array",
+        "publish-reserved",
+        "publish-oversized",
+        "publish-not-started",
+        "publish-bogus-flag",
+        "publish-missing-value",
+        "jobs-bad-status",
+        "register-bad-number",
+        "register-negative",
+        "register-blank-key",
+        "unknown-command",
+        "watch-no-id",
+    ],
+)
+def test_bad_input_gives_one_line_and_keeps_records(home: Path, job_id: str, args: list[str]):
+    record = (home / "jobs" / f"{job_id}.json").read_bytes()
+    result = run_cli(home, *[a.replace("{job}", job_id) for a in args])
+    assert_one_line_error(result)
+    assert (home / "jobs" / f"{job_id}.json").read_bytes() == record
+    assert not (home / "etc").exists()
+
+
+def test_exit_codes_do_not_collide_with_watch_outcomes(home: Path):
+    assert run_cli(home, "watch", "../x").returncode == 64
+    assert run_cli(home, "show", "0badc0de").returncode == 66
+    assert run_cli(home, "nonsense").returncode == 64
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help_with_an_example(home: Path, command: str):
+    result = run_cli(home, command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "Example" in result.stdout
+    assert "Usage" in result.stdout
+
+
+def test_top_level_help_lists_every_command(home: Path):
+    result = run_cli(home)
+    assert result.returncode == 0
+    for command in COMMANDS:
+        assert command in result.stdout
+
+
+def test_fast_publish_parser_matches_the_typer_command():
+    import typer
+
+    command = typer.main.get_command(cli.app).commands["publish"]  # type: ignore[attr-defined]
+    typer_options = sorted(opt for p in command.params for opt in p.opts if opt.startswith("--"))
+    assert typer_options == sorted(fastcli.PUBLISH_OPTIONS)
+    parsed = fastcli.parse_publish_args(
+        ["--job=0123abcd", "--event", "progress", "--detail", "a=b"]
+    )
+    assert parsed == {"job": "0123abcd", "event": "progress", "detail": "a=b", "data": None}
+
+
+def test_register_idempotency_key_from_the_cli(home: Path):
+    first = run_cli(home, "register", "--idempotency-key", "nightly-2026-11-22", "--json")
+    second = run_cli(home, "register", "--idempotency-key", "nightly-2026-11-22", "--json")
+    assert json.loads(first.stdout)["job_id"] == json.loads(second.stdout)["job_id"]
+    listed = json_lines(run_cli(home, "jobs", "--json").stdout)
+    assert len(listed) == 1 and "auth_token" not in listed[0]
+
+
+def test_jobs_show_logs_pick(home: Path, job_id: str):
+    table = run_cli(home, "jobs")
+    assert table.returncode == 0 and job_id in table.stdout and "pending" in table.stdout
+    assert job_id in run_cli(home, "show", job_id).stdout
+    picked = run_cli(home, "pick", "--agent-session", "w1", "--json")
+    assert picked.returncode == 0 and json.loads(picked.stdout)["picked_by"] == "w1"
+    assert run_cli(home, "pick", "--agent-session", "w1").returncode == 1
+    logs = json_lines(run_cli(home, "logs", job_id).stdout)
+    assert [e["kind"] for e in logs] == ["registered", "status_changed"]
+    assert (
+        json_lines(run_cli(home, "jobs", "--status", "running", "--json").stdout)[0]["job_id"]
+        == job_id
+    )
+
+
+def test_secrets_stay_off_the_wire_and_out_of_the_audit_log(home: Path, job_id: str):
+    token = json.loads((home / "jobs" / f"{job_id}.json").read_text())["auth_token"]
+    detail = f"token {token} and PASSWORD=hunter2 in /root/private/file.txt"
+    assert (
+        run_cli(
+            home, "publish", "--job", job_id, "--event", "started", "--detail", detail
+        ).returncode
+        == 0
+    )
+    watched = run_cli(home, "watch", job_id, "--idle-timeout", "0.3")
+    log_text = (home / "logs" / job_id / "events.ndjson").read_text()
+    for text in (watched.stdout, log_text, (home / "logs" / job_id / "meta.json").read_text()):
+        assert token not in text and "hunter2" not in text and "/root/private" not in text

@@ -1,0 +1,226 @@
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from delegate import protocol
+from delegate.protocol import (
+    Accepted,
+    Receiver,
+    Rejected,
+    build_envelope,
+    canonical_json,
+    encode,
+    redact,
+    sign,
+    verify,
+)
+
+JOB = "0123abcd"
+TOKEN = "s3cret-token-value"
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text()
+    | st.floats(allow_nan=False, allow_infinity=False)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+data_objects = st.dictionaries(st.text().filter(lambda k: k != "hmac_sig"), json_values, max_size=5)
+events = st.sampled_from(["started", "progress", "permission_required", "completed", "error"])
+
+
+def envelope_strategy():
+    return st.builds(
+        lambda seq, event, detail, data: build_envelope(
+            job_id=JOB,
+            seq=seq,
+            event=event,
+            detail=detail,
+            data=data,
+            timestamp="2026-01-01T00:00:00.000Z",
+        ),
+        st.integers(min_value=1, max_value=2**53),
+        events,
+        st.text(max_size=50),
+        data_objects,
+    )
+
+
+@given(json_values)
+def test_canonical_json_round_trips(value):
+    text = canonical_json(value)
+    assert canonical_json(json.loads(text)) == text
+
+
+def test_canonical_json_form():
+    assert canonical_json({"b": 1, "a": ["é", 2]}) == '{"a":["é",2],"b":1}'.encode()
+
+
+@given(envelope_strategy())
+def test_sign_then_verify(envelope):
+    signed = sign(envelope, TOKEN)
+    assert verify(signed, TOKEN)
+    assert not verify(signed, TOKEN + "x")
+    # survives the trip over the wire
+    assert verify(json.loads(encode(signed)), TOKEN)
+
+
+@given(envelope_strategy(), st.data())
+def test_any_change_breaks_the_signature(envelope, data):
+    signed = sign(envelope, TOKEN)
+    field = data.draw(
+        st.sampled_from(["seq", "event", "detail", "job_id", "timestamp", "data", "extra"])
+    )
+    tampered = json.loads(encode(signed))
+    if field == "seq":
+        tampered["seq"] += data.draw(st.integers(min_value=1, max_value=10))
+    elif field == "event":
+        tampered["event"] = data.draw(events.filter(lambda e: e != envelope["event"]))
+    elif field == "detail":
+        tampered["detail"] += data.draw(st.text(min_size=1, max_size=5))
+    elif field == "job_id":
+        tampered["job_id"] = "fedcba98"
+    elif field == "timestamp":
+        tampered["timestamp"] = "2030-01-01T00:00:00.000Z"
+    elif field == "data":
+        tampered["data"][
+            data.draw(
+                st.text(min_size=1).filter(lambda k: k != "hmac_sig" and k not in envelope["data"])
+            )
+        ] = 1
+    else:
+        tampered["schema_version"] = 2
+    assert not verify(tampered, TOKEN)
+
+
+def test_signature_matches_an_independent_hmac():
+    envelope = build_envelope(
+        job_id=JOB, seq=1, event="started", detail="hi", timestamp="2026-01-01T00:00:00.000Z"
+    )
+    message = (
+        '{"data":{},"detail":"hi","event":"started","job_id":"0123abcd",'
+        '"schema_version":1,"seq":1,"timestamp":"2026-01-01T00:00:00.000Z"}'
+    )
+    expected = hmac.new(TOKEN.encode(), message.encode(), hashlib.sha256).hexdigest()
+    assert sign(envelope, TOKEN)["data"]["hmac_sig"] == expected
+
+
+def test_reserved_signature_field_is_refused():
+    with pytest.raises(ValueError, match="reserved"):
+        build_envelope(job_id=JOB, seq=1, event="started", data={"hmac_sig": "x"})
+
+
+def _wire(seq, event="progress", job_id=JOB, token=TOKEN, **over):
+    env = sign(build_envelope(job_id=job_id, seq=seq, event=event), token)
+    env.update(over)
+    return encode(env)
+
+
+def _unsigned(seq):
+    return encode(build_envelope(job_id=JOB, seq=seq, event="progress"))
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"\xff\xfe not json", protocol.NOT_JSON),
+        (b"{not json", protocol.NOT_JSON),
+        (b"[1,2]", protocol.MALFORMED),
+        (b"x" * (64 * 1024 + 1), protocol.TOO_LARGE),
+        (_wire(2, schema_version=2), protocol.BAD_SCHEMA_VERSION),
+        (_wire(2, job_id="fedcba98"), protocol.WRONG_JOB_ID),
+        (_unsigned(2), protocol.MISSING_SIGNATURE),
+        (_wire(2, token="forged"), protocol.BAD_SIGNATURE),
+        (_wire(2).replace(b'"progress"', b'"exploded"'), protocol.UNKNOWN_EVENT),
+        (_wire(1, event="started"), protocol.DUPLICATE_SEQ),
+    ],
+    ids=[
+        "binary",
+        "broken-json",
+        "array",
+        "oversized",
+        "schema",
+        "job-id",
+        "unsigned",
+        "forged",
+        "event",
+        "dup-seq",
+    ],
+)
+def test_receiver_rejects_with_a_reason(raw, reason):
+    receiver = Receiver(JOB, TOKEN)
+    assert isinstance(receiver.check(_wire(1, event="started")), Accepted)
+    verdict = receiver.check(raw)
+    assert isinstance(verdict, Rejected)
+    assert verdict.reason == reason
+    assert verdict.explanation
+
+
+def test_receiver_rejects_everything_after_the_terminal_event():
+    receiver = Receiver(JOB, TOKEN)
+    assert isinstance(receiver.check(_wire(1, event="started")), Accepted)
+    assert isinstance(receiver.check(_wire(2, event="completed")), Accepted)
+    late = receiver.check(_wire(3, event="progress"))
+    assert isinstance(late, Rejected) and late.reason == protocol.AFTER_TERMINAL
+    again = receiver.check(_wire(4, event="error"))
+    assert isinstance(again, Rejected) and again.reason == protocol.AFTER_TERMINAL
+
+
+def test_a_message_of_exactly_the_limit_is_not_too_large():
+    receiver = Receiver(JOB, TOKEN)
+    verdict = receiver.check(b" " * (64 * 1024))
+    assert isinstance(verdict, Rejected) and verdict.reason == protocol.NOT_JSON
+
+
+@pytest.mark.parametrize(
+    ("text", "must_not_contain", "must_contain"),
+    [
+        ("wrote /home/alice/repo/src/app.py", ["/home/alice", "repo/src"], [".../app.py"]),
+        ("see ~/notes/todo.md", ["~/notes"], [".../todo.md"]),
+        ("API_KEY=abc123def456 done", ["abc123def456"], ["API_KEY=[REDACTED]"]),
+        ("password: hunter2", ["hunter2"], ["[REDACTED]"]),
+        ("Authorization: Bearer abcdefghijklmnop", ["abcdefghijklmnop"], ["[REDACTED]"]),
+        ("key sk-abcdefghijklmnopqrstuvwx leaked", ["sk-abcdefghijklmnopqrstuvwx"], ["[REDACTED]"]),
+        ("mqtt://agent:pa55word@broker:8883", ["pa55word"], ["agent:[REDACTED]@"]),
+        ("token is s3cret-token-value", ["s3cret-token-value"], ["[REDACTED]"]),
+        (
+            "3/4 tests and/or https://example.com/a/b",
+            [],
+            ["3/4", "and/or", "https://example.com/a/b"],
+        ),
+    ],
+    ids=[
+        "abs-path",
+        "home-path",
+        "env-secret",
+        "password",
+        "bearer",
+        "sk-key",
+        "url-creds",
+        "job-token",
+        "harmless",
+    ],
+)
+def test_redaction(text, must_not_contain, must_contain):
+    out = redact(text, home="/home/alice", secrets=[TOKEN])
+    for bad in must_not_contain:
+        assert bad not in out
+    for good in must_contain:
+        assert good in out
+
+
+def test_redaction_caps_length():
+    assert len(redact("x" * 5000, home="/h")) == protocol.MAX_DETAIL_CHARS
