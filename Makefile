@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= dev
 
-.PHONY: all setup system venv demo test lint format bench clean
+.PHONY: all setup system venv bytecode demo test lint format bench clean
 
 all: test
 
@@ -17,12 +17,16 @@ system:
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
+	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]' --config-settings editable_mode=compat
 	@touch $(STAMP)
+
+# PYTHONDONTWRITEBYTECODE may be set; compile once so `delegate publish` starts fast.
+bytecode: $(STAMP)
+	@$(BIN)/python -m compileall -q delegate
 
 venv: $(STAMP)
 
-setup: system venv
+setup: system venv bytecode
 
 demo: setup
 	$(BIN)/python examples/demo.py

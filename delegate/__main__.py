@@ -30,6 +30,16 @@ def main(argv: list[str] | None = None) -> int:
             f"delegate: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr
         )
         return 74
+    except Exception as exc:  # a bug: one line for the user, the traceback at debug level
+        import logging
+
+        logging.getLogger("delegate").debug("internal error", exc_info=True)
+        print(
+            f"delegate: internal error: {type(exc).__name__}: {exc}"
+            " (run with DELEGATE_LOG_LEVEL=DEBUG for the traceback)",
+            file=sys.stderr,
+        )
+        return 70
 
 
 def console_main() -> None:

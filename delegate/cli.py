@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -119,6 +120,10 @@ def watch(
     idle_timeout: Annotated[
         float | None, typer.Option("--idle-timeout", help="Override the job's idle limit (s).")
     ] = None,
+    ready_file: Annotated[
+        Path | None,
+        typer.Option("--ready-file", help="Create this file once subscribed (for launchers)."),
+    ] = None,
 ) -> int:
     """Follow a job's events: one JSON line per accepted event.
 
@@ -133,6 +138,7 @@ def watch(
         wall_timeout_s=wall_timeout,
         idle_timeout_s=idle_timeout,
         emit=_print_json,
+        ready_file=ready_file,
     )
     return outcome.exit_code
 

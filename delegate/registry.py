@@ -254,9 +254,11 @@ class Registry:
         passes through running, so both moves are legal and recorded.
         """
         target = EVENT_TARGET_STATE.get(event)
+        if target is None:  # progress, permission_required: nothing to apply, no lock to wait on
+            return self.get(job_id), False
         with self.locked():
             job = self._get_locked(job_id)
-            if target is None or job.status is target or job.status.terminal:
+            if job.status is target or job.status.terminal:
                 return job, False
             if not is_legal_transition(job.status, target):
                 job = self._move(job, JobState.RUNNING, None)

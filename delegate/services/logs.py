@@ -30,6 +30,11 @@ def follow_log(
     pending = b""
     while True:
         ended = state.registry.get(job_id).status.terminal if follow else True
+        if ended and follow:
+            # The audit lines of a change are written under the registry lock right after the
+            # record; taking the lock once makes sure they are on disk before the last read.
+            with state.registry.locked():
+                pass
         try:
             with path.open("rb") as handle:
                 handle.seek(offset)

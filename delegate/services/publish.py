@@ -12,7 +12,7 @@ from typing import Any
 from .. import audit
 from .._logging import get_logger
 from ..errors import BusError, DelegateError, UsageError
-from ..model import EventType, validate_job_id
+from ..model import EVENT_TARGET_STATE, EventType, validate_job_id
 from ..protocol import MAX_MESSAGE_BYTES, build_envelope, encode, redact, sign
 from .state import State
 
@@ -98,5 +98,6 @@ def publish_event(
             raise
         raise BusError(str(exc)) from None
     state.audit.append(job_id, audit.PUBLISHED, seq=seq, event=event.value, envelope=envelope)
-    state.registry.apply_event(job_id, event, detail=safe_detail)
+    if event in EVENT_TARGET_STATE:
+        state.registry.apply_event(job_id, event, detail=safe_detail)
     return envelope

@@ -7,15 +7,18 @@ read a few times a second so a cancellation, or an end decided elsewhere, also e
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .. import audit
 from .._logging import get_logger
 from ..bus import Message, Subscription
-from ..model import EventType, Job, JobState
+from ..fsio import atomic_write
+from ..model import EVENT_TARGET_STATE, EventType, Job, JobState
 from ..protocol import Accepted, Receiver, Rejected
 from .state import State
 
@@ -94,10 +97,12 @@ class Watcher:
             self.state.audit.append(
                 self.job_id, audit.RECEIVED, seq=verdict.seq, event=verdict.event, envelope=envelope
             )
-            self.state.registry.apply_event(
-                self.job_id, EventType(verdict.event), detail=str(envelope.get("detail", ""))
-            )
             self.emit(envelope)
+            event = EventType(verdict.event)
+            if event in EVENT_TARGET_STATE:
+                self.state.registry.apply_event(
+                    self.job_id, event, detail=str(envelope.get("detail", ""))
+                )
         else:
             excerpt = message.payload[:200].decode("utf-8", "replace")
             self.state.audit.append(
@@ -167,5 +172,15 @@ class Watcher:
             self.close()
 
 
-def watch_job(state: State, job_id: str, **kwargs: Any) -> WatchOutcome:
-    return Watcher(state, job_id, **kwargs).run()
+def watch_job(
+    state: State, job_id: str, *, ready_file: Path | None = None, **kwargs: Any
+) -> WatchOutcome:
+    """Subscribe, signal readiness by creating `ready_file` (if given), then watch to the end."""
+    watcher = Watcher(state, job_id, **kwargs)
+    if ready_file is not None:
+        try:
+            atomic_write(ready_file, f"{os.getpid()}\n".encode())
+        except OSError:
+            watcher.close()
+            raise
+    return watcher.run()

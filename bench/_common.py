@@ -1,0 +1,56 @@
+"""Helpers shared by the benchmark scripts (each prints one JSON object on stdout)."""
+
+from __future__ import annotations
+
+import compileall
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def precompile() -> None:
+    """PYTHONDONTWRITEBYTECODE may be set; write bytecode once so start-up is what users get."""
+    compileall.compile_dir(str(ROOT / "delegate"), quiet=1)
+
+
+def delegate_exe() -> str:
+    exe = shutil.which("delegate") or str(Path(sys.executable).parent / "delegate")
+    return exe
+
+
+@contextmanager
+def temp_home() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="delegate-bench-") as tmp:
+        yield Path(tmp) / "state"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def summary_ms(seconds: Sequence[float]) -> dict[str, float]:
+    ms = [s * 1000 for s in seconds]
+    return {
+        "n": len(ms),
+        "min_ms": round(min(ms), 2),
+        "p50_ms": round(statistics.median(ms), 2),
+        "p90_ms": round(percentile(ms, 90), 2),
+        "p99_ms": round(percentile(ms, 99), 2),
+        "max_ms": round(max(ms), 2),
+    }
+
+
+def emit(result: dict[str, Any]) -> None:
+    print(json.dumps(result, indent=2))

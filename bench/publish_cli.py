@@ -1,0 +1,69 @@
+"""`delegate publish` as a fresh process on the SQLite bus: wall time per call.
+
+Target (issue 2): median <= 60 ms. Bare `python -c pass` is measured in the same run as the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from _common import delegate_exe, emit, precompile, summary_ms, temp_home
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("-n", type=int, default=60)
+    args = parser.parse_args()
+    precompile()
+    exe = delegate_exe()
+    with temp_home() as home:
+        env = {**os.environ, "DELEGATE_HOME": str(home)}
+        env.pop("DELEGATE_BUS", None)
+        job_id = subprocess.run(
+            [exe, "register"], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        subprocess.run(
+            [exe, "publish", "--job", job_id, "--event", "started"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            check=True,
+        )
+        publish = [
+            exe,
+            "publish",
+            "--job",
+            job_id,
+            "--event",
+            "progress",
+            "--detail",
+            "step done",
+            "--data",
+            '{"step": 1}',
+        ]
+        timed(publish, env)  # warm the page cache
+        bare, runs = [], []
+        for _ in range(args.n):  # interleaved, so both see the same machine load
+            bare.append(timed([sys.executable, "-c", "pass"], env))
+            runs.append(timed(publish, env))
+    result = {
+        "benchmark": "delegate publish, fresh process, SQLite bus",
+        "target_p50_ms": 60,
+        "publish": summary_ms(runs),
+        "bare_python": summary_ms(bare),
+    }
+    result["meets_target"] = result["publish"]["p50_ms"] <= 60
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""Run every benchmark script and keep their JSON under bench/results/."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS = ["publish_cli.py", "publish_to_watch.py", "registry_scale.py"]
+
+
+def main() -> int:
+    results_dir = HERE / "results"
+    results_dir.mkdir(exist_ok=True)
+    failed = 0
+    for script in sys.argv[1:] or SCRIPTS:
+        run = subprocess.run(
+            [sys.executable, str(HERE / script)], capture_output=True, text=True, cwd=HERE
+        )
+        if run.returncode != 0:
+            print(f"{script} failed:\n{run.stderr}", file=sys.stderr)
+            failed += 1
+            continue
+        result = json.loads(run.stdout)
+        (results_dir / script.replace(".py", ".json")).write_text(run.stdout)
+        print(json.dumps({script: result}, indent=2))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
