@@ -29,7 +29,7 @@ venv: $(STAMP)
 setup: system venv bytecode
 
 demo: setup
-	$(BIN)/python examples/demo.py
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python examples/demo.py
 
 lint: venv
 	$(BIN)/ruff check delegate tests bench examples

@@ -43,10 +43,11 @@ def _table(title: str | None, columns: list[str], rows: list[list[str]]) -> None
 
     table = Table(title=title, box=None, header_style="bold", pad_edge=False)
     for column in columns:
-        table.add_column(column, overflow="fold")
+        table.add_column(column, no_wrap=column != columns[-1])
     for row in rows:
         table.add_row(*row)
-    Console(soft_wrap=False).print(table)
+    # Piped output is read by tools and people with wide windows: do not fold it to 80 columns.
+    Console(width=None if sys.stdout.isatty() else 240).print(table)
 
 
 @app.command()
@@ -219,11 +220,11 @@ def logs(
 
 @app.command()
 def cancel(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
-    """Cancel a pending or running job.
+    """Cancel a pending or running job; stop its agent and every process it started.
 
     Example: delegate cancel 1a2b3c4d
     """
-    from .services.jobs import cancel_job
+    from .services.submit import cancel as cancel_job
 
     job = cancel_job(_state(), job_id)
     if as_json:
@@ -254,6 +255,135 @@ def pick(
         _print_json(job.public_dict())
     else:
         print(job.job_id)
+    return 0
+
+
+@app.command()
+def submit(
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent", help="Agent profile: shell, claude, codex or one of delegate.toml."
+        ),
+    ] = None,
+    cmd: Annotated[
+        str | None,
+        typer.Option("--cmd", help="A one-off shell command; the prompt arrives on its stdin."),
+    ] = None,
+    prompt: Annotated[
+        str | None, typer.Option("--prompt", help="The instructions, or - to read them from stdin.")
+    ] = None,
+    prompt_file: Annotated[
+        Path | None, typer.Option("--prompt-file", help="Read the instructions from this file.")
+    ] = None,
+    workdir: Annotated[
+        Path | None, typer.Option("--workdir", help="Folder the agent works in (default: here).")
+    ] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", help="tmux session name (default: dlg-<job id>).")
+    ] = None,
+    wall_timeout: Annotated[
+        float | None, typer.Option("--wall-timeout", help="Wall-clock budget in seconds (0: none).")
+    ] = None,
+    idle_timeout: Annotated[
+        float | None, typer.Option("--idle-timeout", help="Idle limit in seconds (0: none).")
+    ] = None,
+    bus: Annotated[str | None, typer.Option("--bus", help="Bus URL for this job.")] = None,
+    wait: Annotated[
+        bool | None,
+        typer.Option(
+            "--wait/--no-wait", help="Stream events and exit with the outcome, or return at once."
+        ),
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--idempotency-key", help="Same key, same job: a second submit starts nothing."
+        ),
+    ] = None,
+    from_file: Annotated[
+        Path | None,
+        typer.Option("--from-file", help="Read these settings from a TOML file (flags win)."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> int:
+    """Hand a task to an agent in a new tmux session and follow it.
+
+    Exit status with --wait: 0 completed, 1 error, 2 timed out, 3 cancelled.
+    Example: delegate submit --agent claude --prompt-file task.md --workdir ~/repo --wait
+    """
+    from .services.jobfile import merge_job_file
+    from .services.submit import SubmitRequest, read_prompt
+    from .services.submit import submit as submit_job
+
+    settings = merge_job_file(
+        from_file,
+        agent=agent,
+        cmd=cmd,
+        prompt=prompt,
+        prompt_file=prompt_file,
+        workdir=workdir,
+        session=session,
+        wall_timeout=wall_timeout,
+        idle_timeout=idle_timeout,
+        bus=bus,
+        wait=wait,
+        idempotency_key=idempotency_key,
+    )
+    text = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=sys.stdin)
+    request = SubmitRequest(
+        prompt=text,
+        agent=settings["agent"],
+        cmd=settings["cmd"],
+        workdir=settings["workdir"],
+        session=settings["session"],
+        wall_timeout_s=settings["wall_timeout"],
+        idle_timeout_s=settings["idle_timeout"],
+        bus_url=settings["bus"],
+        idempotency_key=settings["idempotency_key"],
+    )
+    waiting = bool(settings["wait"])
+    result = submit_job(_state(), request, wait=waiting, emit=_print_json)
+    if result.outcome is not None:
+        print(f"audit log: {_state().audit.events_path(result.job.job_id)}", file=sys.stderr)
+        return result.outcome.exit_code
+    if as_json:
+        _print_json(result.job.public_dict())
+    else:
+        print(result.job.job_id)
+    return 0
+
+
+@app.command()
+def ps(as_json: JsonOpt = False) -> int:
+    """Jobs and their tmux sessions side by side.
+
+    Example: delegate ps --json
+    """
+    from .services.ps import human_age, rows
+
+    found = rows(_state())
+    if as_json:
+        for row in found:
+            _print_json(row.to_dict())
+        return 0
+    _table(
+        None,
+        ["JOB", "STATE", "SESSION", "SESSION STATE", "TMUX", "AGENT", "AGE", "LAST EVENT"],
+        [
+            [
+                r.job_id,
+                r.job_state,
+                r.session,
+                r.session_state,
+                r.tmux,
+                r.agent,
+                human_age(r.age_s),
+                r.last_event,
+            ]
+            for r in found
+        ],
+    )
     return 0
 
 

@@ -107,11 +107,14 @@ class Job(NamedTuple):
     idempotency_key: str | None = None
     error: str | None = None
     schema_version: int = RECORD_SCHEMA_VERSION
+    # How the wrapper starts the agent: argv, prompt ("stdin"/"file"), prompt_path, clean_exit.
+    launch: dict[str, Any] = {}  # noqa: RUF012 - never mutated; replaced as a whole
 
     def to_dict(self) -> dict[str, Any]:
         data = self._asdict()
         data["status"] = self.status.value
         data["bus"] = dict(self.bus)
+        data["launch"] = dict(self.launch)
         return data
 
     def public_dict(self) -> dict[str, Any]:

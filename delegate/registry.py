@@ -169,6 +169,7 @@ class Registry:
         idle_timeout_s: float | None = None,
         bus: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
+        launch: dict[str, Any] | None = None,
     ) -> tuple[Job, bool]:
         """Create a pending job; return (job, created).
 
@@ -212,6 +213,7 @@ class Registry:
                 idle_timeout_s=idle_timeout_s,
                 bus=dict(bus or {}),
                 idempotency_key=idempotency_key,
+                launch=dict(launch or {}),
             )
             self._set_pending_marker(job_id, True)
             return self._save(job, None), True

@@ -1,8 +1,10 @@
-"""`make demo`: a real register / watch / publish round trip on the embedded SQLite bus.
+"""`make demo`: submit a real job to the `shell` agent in tmux and follow it to the end.
 
-Registers a job, starts `delegate watch` in the background, runs the example agent
-(examples/agents/word-count.sh), which reports through `delegate publish`, and shows what the
-watcher received and where the audit log is. State goes to .demo-home/ unless DELEGATE_HOME is set.
+Runs `delegate submit --agent shell --prompt-file examples/tasks/count-words.sh --wait`: the job
+is registered, its subscriber listens, the wrapper starts the example agent in a tmux session,
+and every event the agent reports is printed as it arrives. State goes to .demo-home/ and tmux
+sessions to the tmux server on socket `delegate-demo`, unless DELEGATE_HOME or
+DELEGATE_TMUX_SOCKET say otherwise.
 """
 
 from __future__ import annotations
@@ -16,49 +18,51 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def delegate(*args: str, env: dict[str, str], **kwargs):  # type: ignore[no-untyped-def]
-    return subprocess.run(["delegate", *args], env=env, text=True, check=True, **kwargs)
-
-
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("DELEGATE_HOME", str(ROOT / ".demo-home"))
-    files = sorted(str(p) for p in (ROOT / "delegate").glob("*.py"))[:5]
-    agent = ROOT / "examples" / "agents" / "word-count.sh"
-
-    job_id = delegate(
-        "register",
-        "--cmd",
-        f"{agent.name} <{len(files)} files>",
+    env.setdefault("DELEGATE_TMUX_SOCKET", "delegate-demo")
+    task = ROOT / "examples" / "tasks" / "count-words.sh"
+    command = [
+        "delegate",
+        "submit",
+        "--agent",
+        "shell",
+        "--prompt-file",
+        str(task),
+        "--workdir",
+        str(ROOT),
         "--idle-timeout",
-        "30",
-        "--wall-timeout",
-        "120",
-        env=env,
-        capture_output=True,
-    ).stdout.strip()
-    print(f"registered job {job_id} (state in {env['DELEGATE_HOME']})")
-
-    watcher = subprocess.Popen(
-        ["delegate", "watch", job_id], env=env, text=True, stdout=subprocess.PIPE
+        "60",
+        "--wait",
+    ]
+    print("$ " + " ".join(command[:-1]) + " --wait")
+    submit = subprocess.Popen(
+        command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    agent_run = subprocess.run([str(agent), *files], env={**env, "DELEGATE_JOB_ID": job_id})
-    print(f"agent exited with {agent_run.returncode}; events seen by the watcher:")
-    assert watcher.stdout is not None
-    for line in watcher.stdout:
+    assert submit.stdout is not None
+    job_id = None
+    for line in submit.stdout:
         event = json.loads(line)
+        job_id = event["job_id"]
         print(f"  seq {event['seq']:>2}  {event['event']:<10} {event['detail']}")
-    code = watcher.wait()
-    print(f"watch exited with {code} ({'completed' if code == 0 else 'not completed'})")
-
-    record = json.loads(delegate("show", job_id, "--json", env=env, capture_output=True).stdout)
-    print(f"job status: {record['status']}, last seq {record['last_seq']}")
-    print(f"audit log: {record['audit_log']}")
-    kinds: dict[str, int] = {}
-    for line in Path(record["audit_log"]).read_text().splitlines():
-        kind = json.loads(line)["kind"]
-        kinds[kind] = kinds.get(kind, 0) + 1
-    print("audit entries: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
+    code = submit.wait()
+    stderr = submit.stderr.read() if submit.stderr else ""
+    print(f"submit exited with {code} ({'completed' if code == 0 else 'see below'})")
+    if code != 0 and stderr.strip():
+        print(stderr.strip())
+    if job_id is None:
+        return code or 1
+    show = subprocess.run(
+        ["delegate", "show", job_id, "--json"], env=env, text=True, capture_output=True, check=True
+    )
+    record = json.loads(show.stdout)
+    print(
+        f"job {job_id}: {record['status']}, {record['last_seq']} events, session {record['session']}"
+    )
+    print(f"audit log:  {record['audit_log']}")
+    print(f"agent log:  {Path(record['audit_log']).parent / 'agent.log'}")
+    print(f"look at it: tmux -L {env['DELEGATE_TMUX_SOCKET']} attach -t {record['session']}")
     return code
 
 

@@ -15,3 +15,6 @@ def home(tmp_path: Path) -> Path:
 @pytest.fixture
 def state(home: Path) -> State:
     return State.open(env={"DELEGATE_HOME": str(home)})
+
+
+pytest_plugins = ["tests.tmux_fixtures"]

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # An example agent: counts the words of the files it is given and reports as it goes.
 # It uses only `delegate publish`, with the job taken from $DELEGATE_JOB_ID, as any agent would.
+# The wrapper has already sent `started`; this agent sends its progress and its own `completed`.
 set -euo pipefail
 
-delegate publish --event started --detail "counting words in $# file(s)" >/dev/null
 total=0
 n=0
 for file in "$@"; do

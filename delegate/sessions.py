@@ -1,0 +1,216 @@
+"""The session inventory: `sessions.db` (SQLite, WAL).
+
+A session is a tmux session the toolkit started. It may host several jobs one after the other;
+`job_id` is the one it hosts now. Every change of state is also a row in `session_history`, so
+"what was this session doing at 03:12" has an answer.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import NamedTuple
+
+from .errors import DelegateError
+from .fsio import PRIVATE_FILE
+from .model import SessionState
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    name TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    job_id TEXT,
+    agent TEXT,
+    workdir TEXT,
+    pane_pid INTEGER,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS session_history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    job_id TEXT,
+    previous TEXT,
+    state TEXT NOT NULL,
+    reason TEXT,
+    at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS session_history_by_name ON session_history (name, id);
+"""
+SCHEMA_VERSION = 1
+
+# Which session changes make sense; terminated and archived close the record for good.
+SESSION_TRANSITIONS: dict[SessionState, frozenset[SessionState]] = {
+    SessionState.RUNNING: frozenset(
+        {SessionState.STOPPED, SessionState.TERMINATED, SessionState.ARCHIVED}
+    ),
+    SessionState.STOPPED: frozenset(
+        {SessionState.RUNNING, SessionState.TERMINATED, SessionState.ARCHIVED}
+    ),
+    SessionState.TERMINATED: frozenset(),
+    SessionState.ARCHIVED: frozenset(),
+}
+
+
+class SessionError(DelegateError):
+    exit_code = 67
+
+
+class Session(NamedTuple):
+    name: str
+    state: SessionState
+    job_id: str | None
+    agent: str | None
+    workdir: str | None
+    pane_pid: int | None
+    created_at: str
+    updated_at: str
+
+
+class HistoryEntry(NamedTuple):
+    name: str
+    job_id: str | None
+    previous: str | None
+    state: str
+    reason: str | None
+    at: str
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class SessionInventory:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        if not path.exists():
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE))
+        try:
+            with self._connect() as conn:
+                if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                    conn.executescript(_SCHEMA)
+                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.Error as exc:
+            raise SessionError(f"cannot open the session inventory {path}: {exc}") from None
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        conn = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+        try:
+            conn.execute("PRAGMA busy_timeout = 10000")
+            yield conn
+        finally:
+            conn.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @staticmethod
+    def _row(row: tuple[object, ...]) -> Session:
+        name, state, job_id, agent, workdir, pane_pid, created, updated = row
+        return Session(
+            str(name),
+            SessionState(str(state)),
+            None if job_id is None else str(job_id),
+            None if agent is None else str(agent),
+            None if workdir is None else str(workdir),
+            None if pane_pid is None else int(str(pane_pid)),
+            str(created),
+            str(updated),
+        )
+
+    def record_start(
+        self,
+        name: str,
+        *,
+        job_id: str,
+        agent: str | None,
+        workdir: str | None,
+        pane_pid: int | None,
+        reason: str = "started",
+    ) -> Session:
+        """A session starts running a job (a new session, or one that hosted jobs before)."""
+        now = _now()
+        with self._write() as conn:
+            old = conn.execute("SELECT state FROM sessions WHERE name = ?", (name,)).fetchone()
+            if old is not None and old[0] == SessionState.RUNNING.value:
+                raise SessionError(f"session {name} is already running a job")
+            conn.execute(
+                "INSERT INTO sessions (name, state, job_id, agent, workdir, pane_pid, created_at,"
+                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET"
+                " state = excluded.state, job_id = excluded.job_id, agent = excluded.agent,"
+                " workdir = excluded.workdir, pane_pid = excluded.pane_pid,"
+                " updated_at = excluded.updated_at",
+                (name, SessionState.RUNNING.value, job_id, agent, workdir, pane_pid, now, now),
+            )
+            conn.execute(
+                "INSERT INTO session_history (name, job_id, previous, state, reason, at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (name, job_id, old[0] if old else None, SessionState.RUNNING.value, reason, now),
+            )
+            row = conn.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
+        return self._row(row)
+
+    def set_state(self, name: str, state: SessionState, *, reason: str) -> tuple[Session, bool]:
+        """Move a session to `state`; return (session, changed). Idempotent for the same state;
+        a move the table does not allow (out of terminated, say) changes nothing."""
+        now = _now()
+        with self._write() as conn:
+            row = conn.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise SessionError(f"no session {name} in the inventory")
+            current = self._row(row)
+            if current.state is state or state not in SESSION_TRANSITIONS[current.state]:
+                return current, False
+            conn.execute(
+                "UPDATE sessions SET state = ?, updated_at = ? WHERE name = ?",
+                (state.value, now, name),
+            )
+            conn.execute(
+                "INSERT INTO session_history (name, job_id, previous, state, reason, at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (name, current.job_id, current.state.value, state.value, reason, now),
+            )
+        return current._replace(state=state, updated_at=now), True
+
+    def get(self, name: str) -> Session | None:
+        with self._connect() as conn:
+            row = conn.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
+        return None if row is None else self._row(row)
+
+    def for_job(self, job_id: str) -> Session | None:
+        with self._connect() as conn:
+            row = conn.execute(
+                "SELECT s.* FROM sessions s JOIN session_history h ON h.name = s.name"
+                " WHERE h.job_id = ? ORDER BY h.id DESC LIMIT 1",
+                (job_id,),
+            ).fetchone()
+        return None if row is None else self._row(row)
+
+    def list(self) -> list[Session]:
+        with self._connect() as conn:
+            rows = conn.execute("SELECT * FROM sessions ORDER BY created_at, name").fetchall()
+        return [self._row(r) for r in rows]
+
+    def history(self, name: str | None = None) -> builtins.list[HistoryEntry]:
+        query = "SELECT name, job_id, previous, state, reason, at FROM session_history"
+        with self._connect() as conn:
+            if name is None:
+                rows = conn.execute(query + " ORDER BY id").fetchall()
+            else:
+                rows = conn.execute(query + " WHERE name = ? ORDER BY id", (name,)).fetchall()
+        return [HistoryEntry(*r) for r in rows]

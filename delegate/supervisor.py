@@ -1,0 +1,44 @@
+"""The detached subscriber of `delegate submit --no-wait` (`python -m delegate.supervisor`).
+
+Started without typer so it is listening sooner; writes one JSON line per accepted event on
+stdout (logs/<job_id>/subscriber.out) and exits with watch's codes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import _logging
+from .errors import DelegateError
+from .fsio import atomic_write
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    _logging.configure()
+    if len(argv) != 3 or argv[1] != "--ready-file":
+        print("usage: python -m delegate.supervisor JOB_ID --ready-file PATH", file=sys.stderr)
+        return 64
+    job_id, ready = argv[0], Path(argv[2])
+    from .services.state import State
+    from .services.submit import supervise
+
+    def emit(envelope: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(envelope, ensure_ascii=False, sort_keys=True) + "\n")
+        sys.stdout.flush()
+
+    try:
+        outcome = supervise(
+            State.open(), job_id, emit=emit, on_ready=lambda: atomic_write(ready, b"ready\n")
+        )
+    except DelegateError as exc:
+        print(f"delegate: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return outcome.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

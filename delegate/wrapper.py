@@ -1,0 +1,136 @@
+"""The agent wrapper: the process tmux runs in an agent's pane (`python -m delegate.wrapper ID`).
+
+It publishes `started` (seq 1) before the agent begins, hands the prompt over on stdin or as a
+file (never through a shell string), copies the agent's output to the pane and to
+`logs/<job_id>/agent.log`, and, when the agent ends without reporting `completed` or `error`,
+reports one itself from the exit status as the profile says. So every job ends with a reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO
+
+from . import _logging
+from .errors import DelegateError, PublishRefused
+from .services.publish import publish_event
+from .services.state import State
+
+log = _logging.get_logger(__name__)
+CHUNK = 65536
+
+
+def agent_env(state: State, job_id: str, bus_url: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DELEGATE_JOB_ID"] = job_id
+    env["DELEGATE_HOME"] = str(state.layout.home)
+    env["DELEGATE_BUS"] = bus_url
+    # `delegate publish` must resolve to this installation, whatever PATH the pane inherited.
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "/usr/bin:/bin")
+    return env
+
+
+def _feed(stdin: IO[bytes], prompt: bytes) -> None:
+    try:
+        stdin.write(prompt)
+    except (BrokenPipeError, ValueError):
+        pass  # the agent stopped reading; its exit status will tell the rest
+    finally:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            stdin.close()
+
+
+def _copy_output(source: IO[bytes], log_path: Path) -> None:
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    out = sys.stdout.buffer
+    try:
+        while chunk := source.read1(CHUNK):  # type: ignore[attr-defined]
+            os.write(fd, chunk)
+            try:
+                out.write(chunk)
+                out.flush()
+            except OSError:
+                pass  # the pane went away; keep logging
+    finally:
+        os.close(fd)
+
+
+def outcome_for(returncode: int, clean_exit: str) -> tuple[str, str]:
+    """The event and detail the wrapper reports for an agent that ended without reporting."""
+    if returncode == 0:
+        return clean_exit, "agent exited with status 0 without reporting"
+    if returncode < 0:
+        return "error", f"agent killed by signal {-returncode}"
+    return "error", f"agent exited with status {returncode}"
+
+
+def run(job_id: str, state: State | None = None) -> int:
+    state = state or State.open()
+    job = state.registry.get(job_id)
+    launch = job.launch
+    argv = list(launch.get("argv") or [])
+    if not argv:
+        raise DelegateError(f"job {job_id} has no launch command")
+    try:
+        publish_event(state, job_id, "started", detail=f"{job.agent or 'agent'} starting")
+    except PublishRefused as exc:
+        print(f"delegate: not starting the agent: {exc.reason}", file=sys.stderr)
+        return 0
+    prompt_path = Path(str(launch.get("prompt_path", "")))
+    mode = launch.get("prompt", "stdin")
+    log_path = state.audit.job_dir(job_id, create=True) / "agent.log"
+    workdir = Path(job.workdir or ".")
+    stdin_spec = subprocess.PIPE if mode == "stdin" else subprocess.DEVNULL
+    try:
+        agent = subprocess.Popen(
+            argv,
+            cwd=workdir,
+            env=agent_env(state, job_id, state.bus_url_for(job)),
+            stdin=stdin_spec,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+    except OSError as exc:
+        publish_event(state, job_id, "error", detail=f"agent could not start: {exc.strerror}")
+        return 127
+    threads = []
+    if agent.stdin is not None:
+        prompt = prompt_path.read_bytes() if prompt_path.is_file() else b""
+        threads.append(threading.Thread(target=_feed, args=(agent.stdin, prompt), daemon=True))
+    assert agent.stdout is not None
+    threads.append(threading.Thread(target=_copy_output, args=(agent.stdout, log_path)))
+    for thread in threads:
+        thread.start()
+    returncode = agent.wait()
+    for thread in threads:
+        thread.join(timeout=5)
+
+    if not state.registry.get(job_id).status.terminal:
+        event, detail = outcome_for(returncode, str(launch.get("clean_exit", "completed")))
+        # A PublishRefused here means the agent's own report, or a cancel, got there first.
+        with contextlib.suppress(PublishRefused):
+            publish_event(state, job_id, event, detail=detail, data={"exit_status": returncode})
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    _logging.configure_lazily()
+    if len(argv) != 1:
+        print("usage: python -m delegate.wrapper JOB_ID", file=sys.stderr)
+        return 64
+    try:
+        return run(argv[0])
+    except DelegateError as exc:
+        print(f"delegate: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

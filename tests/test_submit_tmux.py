@@ -1,0 +1,407 @@
+"""`delegate submit` against a real tmux server on an isolated socket."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from delegate.model import JobState, SessionState
+from delegate.services.state import State
+from delegate.sessions import SessionInventory
+from delegate.tmux import Tmux, alive
+
+from .helpers import cli_env, delegate_cmd, json_lines, retry_until, run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def open_state(home: Path) -> State:
+    return State.open(env={"DELEGATE_HOME": str(home)})
+
+
+def submit(home: Path, env: dict[str, str], *args: str, timeout: float = 120):
+    return run_cli(home, "submit", *args, env=env, timeout=timeout)
+
+
+def job_of(result) -> str:
+    return json_lines(result.stdout)[0]["job_id"]
+
+
+def test_a_shell_job_that_succeeds(home: Path, tmux_env, tmp_path: Path):
+    result = submit(
+        home,
+        tmux_env,
+        "--agent",
+        "shell",
+        "--workdir",
+        str(tmp_path),
+        "--prompt",
+        "echo made > out.txt",
+        "--wait",
+        "--idle-timeout",
+        "30",
+    )
+    assert result.returncode == 0, result.stderr
+    events = json_lines(result.stdout)
+    assert [e["event"] for e in events] == ["started", "completed"]
+    assert (tmp_path / "out.txt").read_text() == "made\n"
+    state = open_state(home)
+    job = state.registry.get(events[0]["job_id"])
+    assert job.status is JobState.COMPLETED
+    assert (state.audit.job_dir(job.job_id) / "agent.log").exists()
+    session = SessionInventory(state.layout.sessions_db).get(job.session)
+    assert session is not None and session.state is SessionState.STOPPED
+
+
+def test_a_shell_job_that_exits_3(home: Path, tmux_env, tmp_path: Path):
+    result = submit(
+        home,
+        tmux_env,
+        "--agent",
+        "shell",
+        "--workdir",
+        str(tmp_path),
+        "--prompt",
+        "echo failing; exit 3",
+        "--idle-timeout",
+        "30",
+    )
+    assert result.returncode == 1, result.stderr
+    events = json_lines(result.stdout)
+    assert [e["event"] for e in events] == ["started", "error"]
+    assert "status 3" in events[-1]["detail"] and events[-1]["data"]["exit_status"] == 3
+    job = open_state(home).registry.get(job_of(result))
+    assert job.status is JobState.ERROR and "status 3" in (job.error or "")
+    log = (home / "logs" / job.job_id / "agent.log").read_text()
+    assert "failing" in log
+
+
+HANG = """
+echo $$ > "{pids}"
+sleep 300 &
+echo $! >> "{pids}"
+sh -c 'sleep 300 & echo $! >> "{pids}"; wait' &
+echo $! >> "{pids}"
+wait
+"""
+
+
+def _pids(path: Path) -> list[int]:
+    try:
+        return [int(x) for x in path.read_text().split()]
+    except (FileNotFoundError, ValueError):
+        return []
+
+
+def test_a_hanging_job_times_out_and_leaves_no_process(home: Path, tmux_env, tmp_path: Path):
+    pids_file = tmp_path / "pids"
+    result = submit(
+        home,
+        tmux_env,
+        "--agent",
+        "shell",
+        "--workdir",
+        str(tmp_path),
+        "--prompt",
+        HANG.format(pids=pids_file),
+        "--idle-timeout",
+        "2",
+    )
+    assert result.returncode == 2, result.stderr
+    pids = _pids(pids_file)
+    assert len(pids) == 4, pids  # the script, a sleep, a nested shell and its sleep
+    state = open_state(home)
+    job = state.registry.get(job_of(result))
+    assert job.status is JobState.ERROR and job.error == "idle_timeout"
+    session = SessionInventory(state.layout.sessions_db).get(job.session)
+    assert session is not None and session.pane_pid
+    for pid in [*pids, session.pane_pid]:  # the pane's process is the wrapper
+        assert not alive(pid), pid
+    assert session is not None and session.state is SessionState.TERMINATED
+    assert Tmux(tmux_env["DELEGATE_TMUX_SOCKET"]).panes() == []
+
+
+def test_an_agent_that_reports_itself(home: Path, tmux_env, tmp_path: Path):
+    files = []
+    for i in range(3):
+        path = tmp_path / f"f{i}.txt"
+        path.write_text("one two three\n" * (i + 1))
+        files.append(str(path))
+    agent = ROOT / "examples" / "agents" / "word-count.sh"
+    result = submit(
+        home,
+        tmux_env,
+        "--agent",
+        "shell",
+        "--workdir",
+        str(tmp_path),
+        "--prompt",
+        f'exec "{agent}" ' + " ".join(files),
+        "--idle-timeout",
+        "30",
+    )
+    assert result.returncode == 0, result.stderr
+    events = json_lines(result.stdout)
+    assert [e["event"] for e in events] == [
+        "started",
+        "progress",
+        "progress",
+        "progress",
+        "completed",
+    ]
+    assert [e["seq"] for e in events] == [1, 2, 3, 4, 5]
+    assert events[-1]["data"]["total_words"] == 18
+    assert events[-1]["detail"] == "18 words in 3 file(s)"  # its own report, not the wrapper's
+    published = open_state(home).audit.read_events(events[0]["job_id"], kind="published")
+    terminal = [e for e in published if e["event"] in ("completed", "error")]
+    assert len(terminal) == 1
+
+
+TRICKY = (
+    "quotes ' \" and $(touch pwned-subst) and `touch pwned-backtick` ; touch pwned-semi\n"
+    "$HOME ${PATH} \\n \\\\ %s {prompt_file} \t tab\n"
+)
+
+
+@pytest.mark.parametrize("mode", ["stdin", "file"])
+def test_a_prompt_reaches_the_agent_byte_for_byte(home: Path, tmux_env, tmp_path: Path, mode):
+    rng = random.Random(5)
+    filler = "".join(rng.choice("abc xyz$`'\"\\\n(){}|&;<>*?!#~") for _ in range(100_000))
+    prompt = (TRICKY + filler + "\nend").encode()
+    (tmp_path / "prompt.txt").write_bytes(prompt)
+    work = tmp_path / "work"
+    work.mkdir()
+    if mode == "stdin":
+        args = ["--cmd", "cat > received.bin"]
+    else:
+        (home).mkdir(parents=True, exist_ok=True)
+        (home / "delegate.toml").write_text(
+            textwrap.dedent("""
+            [profiles.copier]
+            command = ["cp", "{prompt_file}", "received.bin"]
+            prompt = "file"
+            preamble = false
+        """)
+        )
+        args = ["--agent", "copier"]
+    result = submit(
+        home,
+        tmux_env,
+        *args,
+        "--workdir",
+        str(work),
+        "--prompt-file",
+        str(tmp_path / "prompt.txt"),
+        "--idle-timeout",
+        "30",
+    )
+    assert result.returncode == 0, result.stderr
+    assert (work / "received.bin").read_bytes() == prompt
+    assert sorted(p.name for p in work.iterdir()) == ["received.bin"]  # nothing ran
+    assert not list(tmp_path.glob("pwned*"))
+
+
+def test_the_prompt_can_come_from_stdin(home: Path, tmux_env, tmp_path: Path):
+    result = run_cli(
+        home,
+        "submit",
+        "--cmd",
+        "cat > got.txt",
+        "--prompt",
+        "-",
+        "--workdir",
+        str(tmp_path),
+        env=tmux_env,
+        input="from stdin $(no)\n",
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "got.txt").read_text() == "from stdin $(no)\n"
+
+
+def test_ai_profiles_get_the_reporting_preamble(home: Path, tmux_env, tmp_path: Path):
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "delegate.toml").write_text(
+        '[profiles.fake-ai]\ncommand = ["sh", "-c", "cat > seen.txt"]\npreamble = true\n'
+    )
+    result = submit(
+        home, tmux_env, "--agent", "fake-ai", "--prompt", "Fix the bug.", "--workdir", str(tmp_path)
+    )
+    assert result.returncode == 0, result.stderr
+    seen = (tmp_path / "seen.txt").read_text()
+    assert "delegate publish --event completed" in seen
+    assert seen.endswith("Fix the bug.") and not seen.startswith("---")
+
+
+def test_cancel_kills_the_agent_and_its_children(home: Path, tmux_env, tmp_path: Path):
+    pids_file = tmp_path / "pids"
+    result = submit(
+        home,
+        tmux_env,
+        "--agent",
+        "shell",
+        "--workdir",
+        str(tmp_path),
+        "--prompt",
+        HANG.format(pids=pids_file),
+        "--no-wait",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    job_id = json.loads(result.stdout)["job_id"]
+    pids = retry_until(lambda: len(_pids(pids_file)) == 4 and _pids(pids_file), timeout=30)
+    state = open_state(home)
+    assert state.registry.get(job_id).status is JobState.RUNNING
+    pane_pid = SessionInventory(state.layout.sessions_db).get(f"dlg-{job_id}").pane_pid
+    cancelled = run_cli(home, "cancel", job_id, env=tmux_env)
+    assert cancelled.returncode == 0, cancelled.stderr
+    for pid in [*pids, pane_pid]:
+        assert not alive(pid), pid
+    assert state.registry.get(job_id).status is JobState.CANCELLED
+    session = SessionInventory(state.layout.sessions_db).get(f"dlg-{job_id}")
+    assert session is not None and session.state is SessionState.TERMINATED
+    assert Tmux(tmux_env["DELEGATE_TMUX_SOCKET"]).panes() == []
+    history = [h.state for h in SessionInventory(state.layout.sessions_db).history(f"dlg-{job_id}")]
+    assert history == ["running", "terminated"]
+
+
+def test_twenty_jobs_at_once_all_complete_and_the_books_agree(home: Path, tmux_env, tmp_path: Path):
+    env = cli_env(home, tmux_env)
+    procs = [
+        subprocess.Popen(
+            delegate_cmd(
+                "submit",
+                "--agent",
+                "shell",
+                "--no-wait",
+                "--workdir",
+                str(tmp_path),
+                "--prompt",
+                f'delegate publish --event progress --detail "job {i}"',
+            ),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(20)
+    ]
+    ids = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        ids.append(out.strip())
+    assert len(set(ids)) == 20
+    state = open_state(home)
+    sessions = SessionInventory(state.layout.sessions_db)
+
+    def all_settled() -> bool:
+        jobs = [state.registry.get(j) for j in ids]
+        recorded = [sessions.get(f"dlg-{j}") for j in ids]
+        return all(j.status is JobState.COMPLETED for j in jobs) and all(
+            s is not None and s.state is SessionState.STOPPED for s in recorded
+        )
+
+    retry_until(all_settled, timeout=120, interval=0.1)
+    panes = {p.session: p for p in Tmux(tmux_env["DELEGATE_TMUX_SOCKET"]).panes()}
+    for job_id in ids:
+        pane = panes[f"dlg-{job_id}"]
+        assert pane.job_id == job_id and pane.dead and pane.exit_status == 0
+        events = state.audit.read_events(job_id, kind="published")
+        assert [e["event"] for e in events] == ["started", "progress", "completed"]
+        out = (state.audit.job_dir(job_id) / "subscriber.out").read_text()
+        assert [e["event"] for e in json_lines(out)] == ["started", "progress", "completed"]
+    assert set(panes) == {f"dlg-{j}" for j in ids}
+    ps = json_lines(run_cli(home, "ps", "--json", env=tmux_env).stdout)
+    assert {r["job_id"]: (r["job_state"], r["session_state"], r["tmux"]) for r in ps} == {
+        j: ("completed", "stopped", "exited 0") for j in ids
+    }
+
+
+PICKER = """
+import json, sys
+from delegate.services.state import State
+state = State.open()
+got = []
+while (job := state.registry.pick(sys.argv[1])) is not None:
+    got.append(job.job_id)
+print(json.dumps(got))
+"""
+
+
+def test_two_pickers_never_get_the_same_job(home: Path):
+    state = open_state(home)
+    ids = {state.registry.register()[0].job_id for _ in range(50)}
+    env = cli_env(home)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PICKER, f"picker-{n}"],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(2)
+    ]
+    picked = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert not set(picked[0]) & set(picked[1])
+    assert sorted(picked[0] + picked[1]) == sorted(ids)
+    for job_id in ids:
+        assert state.registry.get(job_id).status is JobState.RUNNING
+
+
+def test_submit_from_a_job_file_and_idempotency(home: Path, tmux_env, tmp_path: Path):
+    (tmp_path / "task.sh").write_text("echo nightly >> ran.txt\n")
+    (tmp_path / "nightly.toml").write_text(
+        textwrap.dedent("""
+        agent = "shell"
+        prompt_file = "task.sh"
+        workdir = "."
+        idle_timeout = 30
+    """)
+    )
+    args = [
+        "--from-file",
+        str(tmp_path / "nightly.toml"),
+        "--idempotency-key",
+        "nightly-2026-11-22",
+    ]
+    first = submit(home, tmux_env, *args)
+    second = submit(home, tmux_env, *args)
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
+    assert job_of(first) == job_of(second)
+    assert (tmp_path / "ran.txt").read_text() == "nightly\n"  # it ran once
+    assert len(open_state(home).registry.list()) == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--agent", "shell"],
+        ["--agent", "nope", "--prompt", "x"],
+        ["--agent", "shell", "--cmd", "true", "--prompt", "x"],
+        ["--cmd", "true", "--prompt", "x", "--workdir", "/definitely/not/here"],
+        ["--cmd", "true", "--prompt", "x", "--session", "bad:name"],
+        ["--cmd", "true", "--prompt-file", "/no/such/prompt"],
+        ["--cmd", "true", "--prompt", "x", "--from-file", "/no/such.toml"],
+    ],
+    ids=[
+        "no-prompt",
+        "unknown-agent",
+        "agent-and-cmd",
+        "bad-workdir",
+        "bad-session",
+        "missing-prompt-file",
+        "missing-job-file",
+    ],
+)
+def test_bad_submit_input(home: Path, tmux_env, args):
+    from .helpers import assert_one_line_error
+
+    result = submit(home, tmux_env, *args)
+    assert_one_line_error(result)
+    assert open_state(home).registry.list() == []
