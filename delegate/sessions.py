@@ -165,6 +165,13 @@ class SessionInventory:
             row = conn.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
         return self._row(row)
 
+    def set_pane_pid(self, name: str, pane_pid: int) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE sessions SET pane_pid = ?, updated_at = ? WHERE name = ?",
+                (pane_pid, _now(), name),
+            )
+
     def set_state(self, name: str, state: SessionState, *, reason: str) -> tuple[Session, bool]:
         """Move a session to `state`; return (session, changed). Idempotent for the same state;
         a move the table does not allow (out of terminated, say) changes nothing."""

@@ -104,7 +104,10 @@ def run(job_id: str, state: State | None = None) -> int:
         prompt = prompt_path.read_bytes() if prompt_path.is_file() else b""
         threads.append(threading.Thread(target=_feed, args=(agent.stdin, prompt), daemon=True))
     assert agent.stdout is not None
-    threads.append(threading.Thread(target=_copy_output, args=(agent.stdout, log_path)))
+    # A daemon: a background child of the agent may hold its stdout open long after it exits.
+    threads.append(
+        threading.Thread(target=_copy_output, args=(agent.stdout, log_path), daemon=True)
+    )
     for thread in threads:
         thread.start()
     returncode = agent.wait()

@@ -58,7 +58,8 @@ def main() -> int:
     )
     record = json.loads(show.stdout)
     print(
-        f"job {job_id}: {record['status']}, {record['last_seq']} events, session {record['session']}"
+        f"job {job_id}: {record['status']}, {record['last_seq']} events,"
+        f" session {record['session']}"
     )
     print(f"audit log:  {record['audit_log']}")
     print(f"agent log:  {Path(record['audit_log']).parent / 'agent.log'}")

@@ -152,16 +152,24 @@ def launch_in_tmux(state: State, job: Job, tmux: Tmux) -> None:
     }
     if tmux.socket_name:
         env["DELEGATE_TMUX_SOCKET"] = tmux.socket_name
-    pane_pid = tmux.start(
-        job.session,
-        [sys.executable, "-m", "delegate.wrapper", job.job_id],
-        workdir=Path(job.workdir or "."),
-        env=env,
-        job_id=job.job_id,
+    # Recorded before tmux starts: a fast job may end, and its supervisor look the session up,
+    # before tmux.start() even returns.
+    sessions = inventory(state)
+    sessions.record_start(
+        job.session, job_id=job.job_id, agent=job.agent, workdir=job.workdir, pane_pid=None
     )
-    inventory(state).record_start(
-        job.session, job_id=job.job_id, agent=job.agent, workdir=job.workdir, pane_pid=pane_pid
-    )
+    try:
+        pane_pid = tmux.start(
+            job.session,
+            [sys.executable, "-m", "delegate.wrapper", job.job_id],
+            workdir=Path(job.workdir or "."),
+            env=env,
+            job_id=job.job_id,
+        )
+    except BaseException:
+        sessions.set_state(job.session, SessionState.TERMINATED, reason="launch failed")
+        raise
+    sessions.set_pane_pid(job.session, pane_pid)
 
 
 def start_detached_supervisor(state: State, job_id: str) -> subprocess.Popen[bytes]:
