@@ -8,7 +8,13 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ["publish_cli.py", "publish_to_watch.py", "registry_scale.py"]
+SCRIPTS = [
+    "publish_cli.py",
+    "publish_to_watch.py",
+    "registry_scale.py",
+    "submit_to_started.py",
+    "publish_in_pane.py",
+]
 
 
 def main() -> int:

@@ -410,7 +410,7 @@ def run(argv: list[str]) -> int:
     Usage errors become one line on stderr and exit 64, so they never collide with watch's
     outcome codes (0-3).
     """
-    from typer.exceptions import Abort, Exit, TyperException
+    from click.exceptions import Abort, ClickException, Exit
 
     if not argv:
         argv = ["--help"]
@@ -421,8 +421,13 @@ def run(argv: list[str]) -> int:
         return int(exc.exit_code)
     except Abort:
         return 130
-    except TyperException as exc:
-        print(f"delegate: {exc.format_message()}", file=sys.stderr)
+    except ClickException as exc:
+        # click 8.2+ and typer both append "Did you mean ...?"; say it once, on one line.
+        import re
+
+        sentences = re.split(r"(?<=[.?!])\s+", exc.format_message().strip())
+        message = " ".join(dict.fromkeys(s for s in sentences if s))
+        print(f"delegate: {message}", file=sys.stderr)
         return 64
     except DelegateError as exc:
         print(f"delegate: {exc}", file=sys.stderr)

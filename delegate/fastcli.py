@@ -9,8 +9,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from .errors import DelegateError, UsageError
+
+if TYPE_CHECKING:  # importing it for real costs the fast path; only the type checker needs it
+    from .services.state import State
 
 PUBLISH_OPTIONS = ("--job", "--event", "--detail", "--data")
 
@@ -42,20 +46,49 @@ def parse_publish_args(argv: list[str]) -> dict[str, str | None]:
 
 def run_publish(*, job: str | None, event: str, detail: str = "", data: str | None = None) -> int:
     """Publish and print a one-line JSON receipt; errors propagate as DelegateError."""
-    from .services.publish import parse_data, publish_event, resolve_job_id
     from .services.state import State
 
-    state = State.open()
-    job_id = resolve_job_id(job, os.environ)
-    envelope = publish_event(state, job_id, event, detail=detail, data=parse_data(data))
-    receipt = {"job_id": job_id, "seq": envelope["seq"], "event": envelope["event"]}
+    receipt = publish_receipt(State.open(), job=job, event=event, detail=detail, data=data)
     sys.stdout.write(json.dumps(receipt) + "\n")
     return 0
+
+
+def publish_receipt(
+    state: State, *, job: str | None, event: str, detail: str = "", data: str | None = None
+) -> dict[str, object]:
+    """The one publish step both paths share: resolve the job, parse --data, publish."""
+    from .services.publish import parse_data, publish_event, resolve_job_id
+
+    job_id = resolve_job_id(job, os.environ)
+    envelope = publish_event(state, job_id, event, detail=detail, data=parse_data(data))
+    return {"job_id": job_id, "seq": envelope["seq"], "event": envelope["event"]}
+
+
+def _via_wrapper(args: dict[str, str | None]) -> int | None:
+    """Publish through the pane's wrapper when it serves this job; None to publish directly."""
+    path = os.environ.get("DELEGATE_PUBLISH_SOCKET")
+    own_job = os.environ.get("DELEGATE_JOB_ID")
+    if not path or not own_job or args["job"] not in (None, own_job):
+        return None
+    from .publish_socket import request
+
+    answer = request(path, args)
+    if answer is None:
+        return None
+    if answer.get("ok"):
+        sys.stdout.write(json.dumps(answer.get("receipt")) + "\n")
+        return 0
+    print(f"delegate: {answer.get('message', 'publish failed')}", file=sys.stderr)
+    code = answer.get("exit_code")
+    return code if isinstance(code, int) else 4
 
 
 def main_publish(argv: list[str]) -> int:
     try:
         args = parse_publish_args(argv)
+        served = _via_wrapper(args)
+        if served is not None:
+            return served
         return run_publish(
             job=args["job"],
             event=str(args["event"]),

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from . import _logging
 from .errors import DelegateError, PublishRefused
@@ -61,6 +61,37 @@ def _copy_output(source: IO[bytes], log_path: Path) -> None:
         os.close(fd)
 
 
+def serve_publishes(state: State, job_id: str) -> Any:
+    """Answer the pane's `delegate publish` calls for this job (see publish_socket)."""
+    from .fastcli import publish_receipt
+    from .publish_socket import PublishServer, socket_path
+
+    def handle(request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            receipt = publish_receipt(
+                state,
+                job=request.get("job") or job_id,
+                event=str(request.get("event")),
+                detail=str(request.get("detail") or ""),
+                data=request.get("data"),
+            )
+        except DelegateError as exc:
+            return {"ok": False, "message": str(exc), "exit_code": exc.exit_code}
+        except Exception as exc:  # a bug must not kill the server; the client hears of it
+            log.error("publish request failed: %s", exc)
+            return {"ok": False, "message": f"internal error: {exc}", "exit_code": 70}
+        return {"ok": True, "receipt": receipt}
+
+    path = socket_path(state.audit.job_dir(job_id, create=True), job_id)
+    if path is None:
+        return None
+    try:
+        return PublishServer(path, handle)
+    except OSError as exc:
+        log.warning("not serving publishes over a socket: %s", exc)
+        return None
+
+
 def outcome_for(returncode: int, clean_exit: str) -> tuple[str, str]:
     """The event and detail the wrapper reports for an agent that ended without reporting."""
     if returncode == 0:
@@ -87,11 +118,33 @@ def run(job_id: str, state: State | None = None) -> int:
     log_path = state.audit.job_dir(job_id, create=True) / "agent.log"
     workdir = Path(job.workdir or ".")
     stdin_spec = subprocess.PIPE if mode == "stdin" else subprocess.DEVNULL
+    env = agent_env(state, job_id, state.bus_url_for(job))
+    server = serve_publishes(state, job_id)
+    if server is not None:
+        env["DELEGATE_PUBLISH_SOCKET"] = str(server.path)
+    try:
+        return _run_agent(state, job_id, argv, workdir, env, stdin_spec, prompt_path, log_path)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _run_agent(
+    state: State,
+    job_id: str,
+    argv: list[str],
+    workdir: Path,
+    env: dict[str, str],
+    stdin_spec: int,
+    prompt_path: Path,
+    log_path: Path,
+) -> int:
+    launch = state.registry.get(job_id).launch
     try:
         agent = subprocess.Popen(
             argv,
             cwd=workdir,
-            env=agent_env(state, job_id, state.bus_url_for(job)),
+            env=env,
             stdin=stdin_spec,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -417,3 +417,45 @@ def test_bad_submit_input(home: Path, tmux_env, args):
     result = submit(home, tmux_env, *args)
     assert_one_line_error(result)
     assert open_state(home).registry.list() == []
+
+
+SOCKET_AGENT = """
+test -S "$DELEGATE_PUBLISH_SOCKET" && stat -c %a "$DELEGATE_PUBLISH_SOCKET" > socket-mode
+delegate publish --event progress --data '{bad json' 2> bad.err; echo $? > bad.code
+delegate publish --event started 2> again.err; echo $? > again.code
+delegate publish --event progress --detail "served" --data '{"n": 1}' > ok.out
+delegate publish --event completed --detail "done by the agent" > /dev/null
+"""
+
+
+def test_publishes_from_the_pane_are_served_by_the_wrapper(home: Path, tmux_env, tmp_path: Path):
+    result = submit(
+        home,
+        tmux_env,
+        "--agent",
+        "shell",
+        "--workdir",
+        str(tmp_path),
+        "--prompt",
+        SOCKET_AGENT,
+        "--idle-timeout",
+        "30",
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "socket-mode").read_text().strip() == "600"
+    # errors come back as one line and the same exit codes as a direct publish
+    assert (tmp_path / "bad.code").read_text().strip() == "64"
+    assert "--data is not valid JSON" in (tmp_path / "bad.err").read_text()
+    assert (tmp_path / "again.code").read_text().strip() == "67"
+    assert "already started" in (tmp_path / "again.err").read_text()
+    receipt = json.loads((tmp_path / "ok.out").read_text())
+    assert receipt["event"] == "progress" and receipt["seq"] == 2
+    events = json_lines(result.stdout)
+    assert [(e["seq"], e["event"]) for e in events] == [
+        (1, "started"),
+        (2, "progress"),
+        (3, "completed"),
+    ]
+    assert events[1]["data"] == {"n": 1, "hmac_sig": events[1]["data"]["hmac_sig"]}
+    job_id = events[0]["job_id"]
+    assert not (home / "logs" / job_id / "publish.sock").exists()  # removed with the wrapper

@@ -1,0 +1,127 @@
+"""`delegate publish` served by the agent wrapper over a private Unix socket.
+
+An agent may publish dozens of times; each fresh `delegate publish` process would import the
+registry, the bus and the protocol again. Inside a pane the wrapper already has them loaded, so
+it listens on a socket (mode 0600, in a 0700 folder) named by `DELEGATE_PUBLISH_SOCKET`, and the
+client only has to start Python, send one JSON request and print the answer. Anything that goes
+wrong on the way (no socket, wrapper gone) makes the client publish by itself as usual.
+
+Request:  {"job": id|null, "event": str, "detail": str, "data": str|null}   (then EOF)
+Response: {"ok": true, "receipt": {...}} or {"ok": false, "message": str, "exit_code": int}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the client side must stay light: pathlib, tempfile, threading load lazily
+    from pathlib import Path
+
+SOCKET_ENV = "DELEGATE_PUBLISH_SOCKET"
+MAX_REQUEST = 1024 * 1024
+_MAX_PATH = 100  # sun_path holds 108 bytes on Linux
+
+
+def socket_path(job_dir: Path, job_id: str) -> Path | None:
+    """Where the wrapper of `job_id` listens: its log folder, or a private temp folder when that
+    path is too long for a Unix socket. None when no safe place exists."""
+    import tempfile
+    from pathlib import Path
+
+    candidate = job_dir / "publish.sock"
+    if len(os.fsencode(candidate)) < _MAX_PATH:
+        return candidate
+    folder = Path(tempfile.gettempdir()) / f"delegate-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        info = folder.stat()
+    except OSError:
+        return None
+    if info.st_uid != os.getuid() or (info.st_mode & 0o077):
+        return None  # someone else's folder, or readable by others: do not use it
+    candidate = folder / f"{job_id}.sock"
+    return candidate if len(os.fsencode(candidate)) < _MAX_PATH else None
+
+
+class PublishServer:
+    """Serves publish requests for one job from a daemon thread, one at a time."""
+
+    def __init__(self, path: Path, handler: Any) -> None:
+        import threading
+
+        self.path = path
+        self.handler = handler  # (request dict) -> response dict
+        path.unlink(missing_ok=True)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            self._sock.bind(str(path))
+        finally:
+            os.umask(old)
+        self._sock.listen(16)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return  # closed
+            with conn:
+                try:
+                    conn.sendall(json.dumps(self._answer(conn)).encode())
+                except OSError:
+                    continue  # the client went away
+
+    def _answer(self, conn: socket.socket) -> dict[str, Any]:
+        chunks, size = [], 0
+        while chunk := conn.recv(65536):
+            size += len(chunk)
+            if size > MAX_REQUEST:
+                return {"ok": False, "message": "request too large", "exit_code": 64}
+            chunks.append(chunk)
+        try:
+            request = json.loads(b"".join(chunks))
+        except ValueError:
+            return {"ok": False, "message": "malformed request", "exit_code": 64}
+        if not isinstance(request, dict):
+            return {"ok": False, "message": "malformed request", "exit_code": 64}
+        response: dict[str, Any] = self.handler(request)
+        return response
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        finally:
+            self.path.unlink(missing_ok=True)
+
+
+def request(
+    path: str, payload: dict[str, Any], *, timeout_s: float = 120.0
+) -> dict[str, Any] | None:
+    """Send one request; None when the wrapper cannot be reached (the caller falls back)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    try:
+        try:
+            sock.connect(path)
+        except OSError:
+            return None
+        sock.sendall(json.dumps(payload).encode())
+        sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        sock.close()
+    try:
+        answer = json.loads(b"".join(chunks))
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
