@@ -136,7 +136,14 @@ def submit(
         raise
     if watcher is None:
         return SubmitResult(state.registry.get(job.job_id), True)
-    outcome = follow_up(state, job.job_id, watcher.run(), tmux=tmux)
+    try:
+        ended = watcher.run()
+    except KeyboardInterrupt:
+        # The person stopped waiting, not the job: hand it to a detached supervisor so its
+        # timeouts and session still get looked after.
+        start_detached_supervisor(state, job.job_id)
+        raise
+    outcome = follow_up(state, job.job_id, ended, tmux=tmux)
     return SubmitResult(state.registry.get(job.job_id), True, outcome)
 
 
