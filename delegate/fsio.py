@@ -124,3 +124,9 @@ class FileLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+def path_with(folder: str, path: str | None) -> str:
+    """`path` (a PATH value) with `folder` first, and not twice."""
+    parts = [p for p in (path or "/usr/bin:/bin").split(os.pathsep) if p and p != folder]
+    return os.pathsep.join([folder, *parts])

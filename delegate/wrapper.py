@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from . import _logging
 from .errors import DelegateError, PublishRefused
+from .fsio import path_with
 from .services.publish import publish_event
 from .services.state import State
 
@@ -31,8 +32,7 @@ def agent_env(state: State, job_id: str, bus_url: str) -> dict[str, str]:
     env["DELEGATE_HOME"] = str(state.layout.home)
     env["DELEGATE_BUS"] = bus_url
     # `delegate publish` must resolve to this installation, whatever PATH the pane inherited.
-    bindir = str(Path(sys.executable).parent)
-    env["PATH"] = bindir + os.pathsep + env.get("PATH", "/usr/bin:/bin")
+    env["PATH"] = path_with(str(Path(sys.executable).parent), env.get("PATH"))
     return env
 
 

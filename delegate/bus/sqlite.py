@@ -9,10 +9,10 @@ at a millisecond or two while messages flow and relaxes to 25 ms when the bus is
 
 from __future__ import annotations
 
+import _thread
 import hashlib
 import os
 import sqlite3
-import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -60,7 +60,8 @@ class SqliteBus:
         self.url = f"sqlite://{path}"
         self.blob_dir = path.parent / "blobs"
         self._conn: sqlite3.Connection | None = None
-        self._publish_lock = threading.Lock()
+        # _thread, not threading: the same lock without threading's import on the publish path
+        self._publish_lock = _thread.allocate_lock()
         try:
             ensure_private_dir(path.parent)
             if not path.exists():

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import DelegateError, UsageError
-from ..fsio import atomic_write
+from ..fsio import atomic_write, path_with
 from ..model import Job, JobState, SessionState
 from ..profiles import Profile, config_path, load_config, resolve
 from ..sessions import SessionInventory
@@ -153,9 +153,7 @@ def launch_in_tmux(state: State, job: Job, tmux: Tmux) -> None:
         "DELEGATE_JOB_ID": job.job_id,
         "DELEGATE_HOME": str(state.layout.home),
         "DELEGATE_BUS": state.bus_url_for(job),
-        "PATH": str(Path(sys.executable).parent)
-        + os.pathsep
-        + state.env.get("PATH", "/usr/bin:/bin"),
+        "PATH": path_with(str(Path(sys.executable).parent), state.env.get("PATH")),
     }
     if tmux.socket_name:
         env["DELEGATE_TMUX_SOCKET"] = tmux.socket_name
