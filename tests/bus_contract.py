@@ -4,6 +4,7 @@ storage backends)."""
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 
@@ -28,6 +29,15 @@ def drain(sub, *, count: int, timeout: float = 10.0) -> list[bytes]:
 
 
 class BusContract:
+    @pytest.fixture(autouse=True)
+    def _fresh_job_ids(self, monkeypatch):
+        """Each test gets its own job ids: a broker keeps retained messages between tests."""
+        import sys
+
+        module = sys.modules[__name__]
+        monkeypatch.setattr(module, "JOB", secrets.token_hex(4))
+        monkeypatch.setattr(module, "OTHER", secrets.token_hex(4))
+
     @pytest.fixture
     def bus(self, bus_url: str):
         bus = open_bus(bus_url)

@@ -17,4 +17,4 @@ def state(home: Path) -> State:
     return State.open(env={"DELEGATE_HOME": str(home)})
 
 
-pytest_plugins = ["tests.tmux_fixtures"]
+pytest_plugins = ["tests.tmux_fixtures", "tests.mqtt_fixtures"]

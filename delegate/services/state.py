@@ -53,4 +53,8 @@ class State:
         return str(job.bus.get("url") or self.default_bus_url())
 
     def open_bus_for(self, job: Job) -> Bus:
-        return open_bus(self.bus_url_for(job), env=self.env)
+        """The job's bus, with per-job settings from its record (MQTT_CA_CERTS and the like)
+        over the environment's."""
+        overrides = {k: str(v) for k, v in job.bus.items() if k.startswith("MQTT_")}
+        env = {**self.env, **overrides} if overrides else self.env
+        return open_bus(self.bus_url_for(job), env=env)
