@@ -47,6 +47,19 @@ class Broker:
                 time.sleep(0.02)
         raise RuntimeError("mosquitto did not start listening")
 
+    def saves(self) -> int:
+        log = self.folder / "mosquitto.log"
+        return log.read_text().count("Saving in-memory database") if log.exists() else 0
+
+    def wait_for_save(self, timeout: float = 15.0) -> None:
+        """Wait until the broker has written its persistence file once more (from now on)."""
+        before = self.saves()
+        deadline = time.monotonic() + timeout
+        while self.saves() <= before:
+            if time.monotonic() > deadline:
+                raise RuntimeError("mosquitto did not save its database")
+            time.sleep(0.05)
+
     def kill(self) -> None:
         assert self.process is not None
         self.process.send_signal(signal.SIGKILL)
@@ -63,6 +76,7 @@ class Broker:
 
 
 PLAIN = """
+user {user}
 listener {port} 127.0.0.1
 allow_anonymous true
 persistence true
@@ -79,10 +93,18 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     folder = tmp_path_factory.mktemp("mosquitto")
     (folder / "data").mkdir()
     port = free_port()
-    b = Broker(folder, PLAIN.format(port=port, data=folder / "data"), port)
+    b = Broker(folder, PLAIN.format(port=port, data=folder / "data", user=_user()), port)
     b.start()
     yield b
     b.stop()
+
+
+def _user() -> str:
+    """Run as ourselves: started as root, mosquitto would switch to its own user and could not
+    write its persistence file into the test's folder."""
+    import getpass
+
+    return getpass.getuser()
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -172,6 +194,7 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
     config = config.replace("/etc/mosquitto/", f"{folder}/")
     assert "listener 8883\n" in config
     config = config.replace("listener 8883\n", f"listener {port} 127.0.0.1\n")
+    config = f"user {_user()}\n" + config
     b = Broker(folder, config, port)
     b.start()
     yield TlsBroker(b, certs / "ca.crt", certs / "wrong-ca.crt", users)

@@ -29,8 +29,11 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from .._logging import get_logger
 from ..errors import BusError, ConfigError
 from . import Message
+
+log = get_logger(__name__)
 
 DEFAULT_PREFIX = "delegate"
 CONNECT_TIMEOUT_S = 10.0
@@ -107,7 +110,7 @@ def topic_for(prefix: str, job_id: str | None) -> str:
 
 
 def _session_props(expiry_s: int) -> Properties:
-    props = Properties(PacketTypes.CONNECT)
+    props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
     props.SessionExpiryInterval = expiry_s
     return props
 
@@ -212,11 +215,15 @@ class _Connection:
         if not self.connected.wait(CONNECT_TIMEOUT_S):
             self.close()
             raise BrokerUnreachable(f"broker {settings.where} did not acknowledge the connection")
-        if self.refused is not None:
-            reason = self.refused
+        reason = self.refusal()
+        if reason is not None:
             self.close()
             who = f"user {settings.username!r}" if settings.username else "an anonymous client"
             raise BrokerAuthError(f"broker {settings.where} refused {who}: {reason}")
+
+    def refusal(self) -> str | None:
+        """Why the broker refused the connection (set by the network thread), or None."""
+        return self.refused
 
     def close(self, properties: Properties | None = None) -> None:
         try:
@@ -259,8 +266,8 @@ class MqttBus:
             publisher, self._publisher = self._publisher, None
             try:
                 publisher.close()
-            except Exception:
-                pass
+            except Exception as exc:
+                log.debug("closing a broken publisher connection: %s", exc)
 
     def publish(self, job_id: str, payload: bytes, *, retain: bool = False) -> None:
         """Publish at QoS 1 and return once the broker acknowledged (PUBACK)."""
@@ -347,12 +354,16 @@ class MqttSubscription:
         if not self._subscribed.wait(CONNECT_TIMEOUT_S):
             self.close()
             raise BrokerUnreachable(f"broker {settings.where} did not confirm the subscription")
-        if self._granted is not None:
-            reason = self._granted
+        reason = self.refusal()
+        if reason is not None:
             self.close()
             raise BrokerAuthError(
                 f"broker {settings.where} refused to subscribe to {self.topic}: {reason}"
             )
+
+    def refusal(self) -> str | None:
+        """Why the broker refused the subscription (set by the network thread), or None."""
+        return self._granted
 
     def get(self, timeout: float | None = None) -> Message | None:
         if self._closed:
@@ -376,6 +387,6 @@ class MqttSubscription:
         self._closed = True
         props = None
         if not self.durable:  # nobody will resume this session: let the broker drop it now
-            props = Properties(PacketTypes.DISCONNECT)
+            props = Properties(PacketTypes.DISCONNECT)  # type: ignore[no-untyped-call]
             props.SessionExpiryInterval = 0
         self._connection.close(properties=props)
