@@ -48,6 +48,10 @@ class Bus(Protocol):
         """Subscribe to one job's events (or every job's when job_id is None)."""
         ...
 
+    def probe(self) -> None:
+        """Reach the transport once (connect, authenticate); raise BusError saying what failed."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -1,43 +1,44 @@
-"""The broker bus: MQTT 5 through paho-mqtt 2.x (imported only when an mqtt:// URL is used).
+"""The broker bus: MQTT 5, QoS 1, topic `<prefix>/jobs/<job_id>/events`.
 
-- Topic `<prefix>/jobs/<job_id>/events`, QoS 1; terminal events are published retained.
-- `publish` returns only after PUBACK, within a timeout, retrying connection failures with
-  exponential back-off (0.5 s, x2, at most 8 s, 3 attempts).
-- Subscribers keep a broker session (clean_start false, a session expiry) and acknowledge each
-  message themselves after processing, so a subscriber that drops off, or a broker that restarts
-  with persistence, delivers what was missed; paho reconnects with back-off by itself.
+- `publish` (mqtt_wire.SyncPublisher, standard library only) returns after PUBACK, within a
+  timeout, retrying connection failures with exponential back-off (0.5 s, x2, at most 8 s,
+  3 attempts). Terminal events are published retained.
+- Subscribers use paho-mqtt 2.x (imported only here, when subscribing): a broker session
+  (clean_start false, a session expiry), a manual acknowledgement after each message is
+  processed, and paho's own reconnect with back-off, so a subscriber that drops off, or a broker
+  that restarts with persistence, still delivers what was missed.
 - Settings: the URL (`mqtts://user:pass@host:8883?prefix=delegate`) and the environment
   (MQTT_USERNAME, MQTT_PASSWORD, MQTT_CA_CERTS, MQTT_CERTFILE, MQTT_KEYFILE), URL first.
 """
 
 from __future__ import annotations
 
+import _thread
 import os
-import queue
-import secrets
-import socket
-import ssl
-import threading
 import time
 from collections.abc import Mapping
-from typing import Any, NamedTuple
-from urllib.parse import parse_qs, unquote, urlsplit
-
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
-from paho.mqtt.subscribeoptions import SubscribeOptions
+from typing import Any
 
 from .._logging import get_logger
-from ..errors import BusError, ConfigError
+from ..errors import BusError
 from . import Message
+from .mqtt_wire import (
+    CONNECT_TIMEOUT_S,
+    BrokerAuthError,
+    BrokerTlsError,
+    BrokerUnreachable,
+    MqttSettings,
+    SyncPublisher,
+    connect_error,
+    settings_from,
+    tls_context,
+    topic_for,
+)
+
+__all__ = ["BrokerAuthError", "BrokerTlsError", "BrokerUnreachable", "MqttBus", "settings_from"]
 
 log = get_logger(__name__)
 
-DEFAULT_PREFIX = "delegate"
-CONNECT_TIMEOUT_S = 10.0
-PUBLISH_TIMEOUT_S = 5.0
 RETRY_ATTEMPTS = 3
 RETRY_BASE_S = 0.5
 RETRY_FACTOR = 2.0
@@ -46,117 +47,33 @@ DURABLE_SESSION_S = 7 * 24 * 3600
 EPHEMERAL_SESSION_S = 600
 
 
-class BrokerUnreachable(BusError):
-    kind = "unreachable"
+def _client_suffix() -> str:
+    return os.urandom(6).hex()
 
 
-class BrokerTlsError(BusError):
-    kind = "tls"
+def _session_props(expiry_s: int) -> Any:
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
 
-
-class BrokerAuthError(BusError):
-    kind = "credentials"
-
-
-class MqttSettings(NamedTuple):
-    host: str
-    port: int
-    tls: bool
-    prefix: str = DEFAULT_PREFIX
-    username: str | None = None
-    password: str | None = None
-    ca_certs: str | None = None
-    certfile: str | None = None
-    keyfile: str | None = None
-
-    @property
-    def where(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-def settings_from(url: str, env: Mapping[str, str] | None = None) -> MqttSettings:
-    """Settings from the URL, completed from the environment; raise ConfigError when unusable."""
-    env = os.environ if env is None else env
-    parts = urlsplit(url)
-    if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
-        raise ConfigError(f"bus URL {url!r} is not mqtt://host[:port] or mqtts://host[:port]")
-    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    unknown = query.keys() - {"prefix", "ca", "cert", "key"}
-    if unknown:
-        raise ConfigError(f"bus URL has unknown parameter(s): {', '.join(sorted(unknown))}")
-    prefix = query.get("prefix", env.get("DELEGATE_MQTT_PREFIX", DEFAULT_PREFIX)).strip("/")
-    if not prefix or any(c in prefix for c in "+#\x00"):
-        raise ConfigError(f"MQTT topic prefix {prefix!r} must be non-empty, without + or #")
-    tls = parts.scheme == "mqtts"
-    try:
-        port = parts.port or (8883 if tls else 1883)
-    except ValueError:
-        raise ConfigError(f"bus URL {url!r} has a bad port") from None
-    return MqttSettings(
-        host=parts.hostname,
-        port=port,
-        tls=tls,
-        prefix=prefix,
-        username=unquote(parts.username) if parts.username else env.get("MQTT_USERNAME") or None,
-        password=unquote(parts.password) if parts.password else env.get("MQTT_PASSWORD") or None,
-        ca_certs=query.get("ca") or env.get("MQTT_CA_CERTS") or None,
-        certfile=query.get("cert") or env.get("MQTT_CERTFILE") or None,
-        keyfile=query.get("key") or env.get("MQTT_KEYFILE") or None,
-    )
-
-
-def topic_for(prefix: str, job_id: str | None) -> str:
-    return f"{prefix}/jobs/{job_id or '+'}/events"
-
-
-def _session_props(expiry_s: int) -> Properties:
     props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
     props.SessionExpiryInterval = expiry_s
     return props
 
 
-def _new_client(settings: MqttSettings, client_id: str, *, manual_ack: bool) -> mqtt.Client:
+def _new_client(settings: MqttSettings, client_id: str) -> Any:
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
+
     client = mqtt.Client(
-        CallbackAPIVersion.VERSION2,
-        client_id=client_id,
-        protocol=mqtt.MQTTv5,
-        manual_ack=manual_ack,
+        CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5, manual_ack=True
     )
     client.connect_timeout = CONNECT_TIMEOUT_S
     client.reconnect_delay_set(min_delay=1, max_delay=int(RETRY_CAP_S))
-    client.max_inflight_messages_set(1000)
-    client.max_queued_messages_set(0)
     if settings.username:
         client.username_pw_set(settings.username, settings.password)
     if settings.tls:
-        try:
-            client.tls_set(
-                ca_certs=settings.ca_certs,
-                certfile=settings.certfile,
-                keyfile=settings.keyfile,
-                cert_reqs=ssl.CERT_REQUIRED,
-            )
-        except (OSError, ssl.SSLError, ValueError) as exc:
-            raise BrokerTlsError(f"TLS settings for {settings.where} are unusable: {exc}") from None
+        client.tls_set_context(tls_context(settings))
     return client
-
-
-def _connect_error(settings: MqttSettings, exc: BaseException) -> BusError:
-    where = settings.where
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return BrokerTlsError(
-            f"TLS: cannot verify the certificate of {where} ({exc.verify_message}); "
-            "check MQTT_CA_CERTS"
-        )
-    if isinstance(exc, ssl.SSLError):
-        return BrokerTlsError(f"TLS handshake with {where} failed: {exc.reason or exc}")
-    if isinstance(exc, ConnectionRefusedError):
-        return BrokerUnreachable(f"broker {where} refused the connection (is it running?)")
-    if isinstance(exc, socket.timeout | TimeoutError):
-        return BrokerUnreachable(f"broker {where} did not answer within {CONNECT_TIMEOUT_S:g} s")
-    if isinstance(exc, socket.gaierror):
-        return BrokerUnreachable(f"cannot resolve broker host {settings.host!r}")
-    return BrokerUnreachable(f"cannot reach broker {where}: {exc}")
 
 
 class _Connection:
@@ -167,17 +84,18 @@ class _Connection:
         settings: MqttSettings,
         client_id: str,
         *,
-        manual_ack: bool,
         clean_start: bool,
         expiry_s: int,
         on_connected: Any = None,
         on_message: Any = None,
         on_subscribe: Any = None,
     ) -> None:
+        import threading
+
         self.settings = settings
         self.connected = threading.Event()
         self.refused: str | None = None
-        self.client = _new_client(settings, client_id, manual_ack=manual_ack)
+        self.client = _new_client(settings, client_id)
         self._on_connected = on_connected
 
         def handle_connect(client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
@@ -209,8 +127,8 @@ class _Connection:
                 clean_start=clean_start,
                 properties=_session_props(expiry_s),
             )
-        except (OSError, ssl.SSLError) as exc:
-            raise _connect_error(settings, exc) from None
+        except OSError as exc:  # ssl.SSLError is an OSError too
+            raise connect_error(settings, exc) from None
         self.client.loop_start()
         if not self.connected.wait(CONNECT_TIMEOUT_S):
             self.close()
@@ -218,14 +136,13 @@ class _Connection:
         reason = self.refusal()
         if reason is not None:
             self.close()
-            who = f"user {settings.username!r}" if settings.username else "an anonymous client"
-            raise BrokerAuthError(f"broker {settings.where} refused {who}: {reason}")
+            raise BrokerAuthError(f"broker {settings.where} refused {settings.who()}: {reason}")
 
     def refusal(self) -> str | None:
         """Why the broker refused the connection (set by the network thread), or None."""
         return self.refused
 
-    def close(self, properties: Properties | None = None) -> None:
+    def close(self, properties: Any = None) -> None:
         try:
             self.client.disconnect(properties=properties)
         finally:
@@ -236,8 +153,10 @@ class MqttBus:
     def __init__(self, settings: MqttSettings) -> None:
         self.settings = settings
         self.url = f"{'mqtts' if settings.tls else 'mqtt'}://{settings.where}"
-        self._publisher: _Connection | None = None
-        self._lock = threading.Lock()
+        self._publisher: SyncPublisher | None = None
+        # _thread, secrets-free ids, queue and threading only in subscriptions: the publish path
+        # of a fresh `delegate publish` process has a 60 ms budget.
+        self._lock = _thread.allocate_lock()
         self._closed = False
 
     @classmethod
@@ -248,26 +167,15 @@ class MqttBus:
         if self._closed:
             raise BusError("the bus is closed")
 
-    def _publisher_connection(self) -> _Connection:
-        if self._publisher is None or not self._publisher.connected.is_set():
-            if self._publisher is not None:
-                self._drop_publisher()
-            self._publisher = _Connection(
-                self.settings,
-                f"delegate-pub-{secrets.token_hex(6)}",
-                manual_ack=False,
-                clean_start=True,
-                expiry_s=0,
-            )
-        return self._publisher
-
     def _drop_publisher(self) -> None:
         if self._publisher is not None:
             publisher, self._publisher = self._publisher, None
-            try:
-                publisher.close()
-            except Exception as exc:
-                log.debug("closing a broken publisher connection: %s", exc)
+            publisher.close()
+
+    def probe(self) -> None:
+        """Connect once: BrokerUnreachable, BrokerTlsError or BrokerAuthError say what failed."""
+        self._live()
+        SyncPublisher(self.settings, f"delegate-probe-{_client_suffix()}").close()
 
     def publish(self, job_id: str, payload: bytes, *, retain: bool = False) -> None:
         """Publish at QoS 1 and return once the broker acknowledged (PUBACK)."""
@@ -277,28 +185,20 @@ class MqttBus:
         with self._lock:
             for attempt in range(1, RETRY_ATTEMPTS + 1):
                 try:
-                    connection = self._publisher_connection()
-                    info = connection.client.publish(topic, payload, qos=1, retain=retain)
-                    if (
-                        info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS
-                        and info.rc != MQTTErrorCode.MQTT_ERR_NO_CONN
-                    ):
-                        raise BusError(f"paho refused the message: {mqtt.error_string(info.rc)}")
-                    info.wait_for_publish(timeout=PUBLISH_TIMEOUT_S)
-                    if info.is_published():
-                        return
-                    error: BusError = BrokerUnreachable(
-                        f"broker {self.settings.where} did not acknowledge within "
-                        f"{PUBLISH_TIMEOUT_S:g} s"
-                    )
+                    if self._publisher is None:
+                        self._publisher = SyncPublisher(
+                            self.settings, f"delegate-pub-{_client_suffix()}"
+                        )
+                    self._publisher.publish(topic, payload, retain=retain)
+                    return
                 except (BrokerAuthError, BrokerTlsError):
+                    self._drop_publisher()
                     raise  # retrying cannot fix credentials or certificates
                 except BusError as exc:
                     error = exc
-                except (RuntimeError, ValueError, OSError) as exc:
-                    error = BrokerUnreachable(f"publish to {self.settings.where} failed: {exc}")
                 self._drop_publisher()
                 if attempt < RETRY_ATTEMPTS:
+                    log.warning("publish to %s failed (%s); retrying", self.settings.where, error)
                     time.sleep(delay)
                     delay = min(delay * RETRY_FACTOR, RETRY_CAP_S)
         raise error
@@ -320,13 +220,19 @@ class MqttSubscription:
 
     def __init__(self, settings: MqttSettings, job_id: str | None, consumer: str | None) -> None:
         self.topic = topic_for(settings.prefix, job_id)
+        import queue
+        import threading
+
         self.durable = consumer is not None
-        self._queue: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._empty = queue.Empty
         self._subscribed = threading.Event()
         self._granted: str | None = None
         self._closed = False
 
-        def resubscribe(client: mqtt.Client) -> None:
+        def resubscribe(client: Any) -> None:
+            from paho.mqtt.subscribeoptions import SubscribeOptions
+
             # Every (re)connection subscribes again; with a resumed session it changes nothing.
             client.subscribe(self.topic, options=SubscribeOptions(qos=1))
 
@@ -337,14 +243,13 @@ class MqttSubscription:
             self._granted = failures[0] if failures else None
             self._subscribed.set()
 
-        def handle_message(client: Any, userdata: Any, message: mqtt.MQTTMessage) -> None:
+        def handle_message(client: Any, userdata: Any, message: Any) -> None:
             self._queue.put(message)
 
-        client_id = consumer or f"delegate-sub-{secrets.token_hex(6)}"
+        client_id = consumer or f"delegate-sub-{_client_suffix()}"
         self._connection = _Connection(
             settings,
             client_id,
-            manual_ack=True,
             clean_start=False,
             expiry_s=DURABLE_SESSION_S if self.durable else EPHEMERAL_SESSION_S,
             on_connected=resubscribe,
@@ -370,7 +275,7 @@ class MqttSubscription:
             raise BusError("the subscription is closed")
         try:
             message = self._queue.get(timeout=timeout) if timeout != 0 else self._queue.get_nowait()
-        except queue.Empty:
+        except self._empty:
             return None
         parts = message.topic.split("/")
         job_id = parts[-2] if len(parts) >= 3 else ""
@@ -387,6 +292,9 @@ class MqttSubscription:
         self._closed = True
         props = None
         if not self.durable:  # nobody will resume this session: let the broker drop it now
+            from paho.mqtt.packettypes import PacketTypes
+            from paho.mqtt.properties import Properties
+
             props = Properties(PacketTypes.DISCONNECT)  # type: ignore[no-untyped-call]
             props.SessionExpiryInterval = 0
         self._connection.close(properties=props)

@@ -128,6 +128,12 @@ class SqliteBus:
         self._live()
         return SqliteSubscription(self, job_id, consumer)
 
+    def probe(self) -> None:
+        try:
+            self._live().execute("SELECT COUNT(*) FROM cursors").fetchone()
+        except sqlite3.Error as exc:
+            raise BusError(f"the SQLite bus at {self.path} does not answer: {exc}") from None
+
     def last_seq(self) -> int:
         row = self._live().execute("SELECT COALESCE(MAX(seq), 0) FROM messages").fetchone()
         return int(row[0])

@@ -9,7 +9,7 @@ from typing import Any
 from ..bus import open_bus
 from ..errors import DelegateError
 from ..model import JobState
-from .state import State
+from .state import State, strip_password
 
 OK = "ok"
 WARN = "warn"
@@ -74,14 +74,39 @@ def run_checks(state: State) -> list[Check]:
             Check("temp_files", WARN, f"{len(stale)} leftover temp file(s) from interrupted writes")
         )
 
-    url = state.default_bus_url()
-    try:
-        bus = open_bus(url, env=state.env)
-        bus.close()
-        checks.append(Check("bus", OK, f"{url} is reachable"))
-    except DelegateError as exc:
-        checks.append(Check("bus", FAIL, str(exc)))
+    checks.extend(bus_checks(state))
     return checks
+
+
+def bus_checks(state: State) -> list[Check]:
+    """Can the bus be reached? For a broker: is it up, does TLS verify, are we let in."""
+    url = strip_password(state.default_bus_url())
+    mqtt = url.startswith(("mqtt://", "mqtts://"))
+    try:
+        bus = open_bus(state.default_bus_url(), env=state.env)
+        try:
+            bus.probe()
+        finally:
+            bus.close()
+    except DelegateError as exc:
+        kind = getattr(exc, "kind", None)
+        if not mqtt or kind is None:
+            return [Check("bus", FAIL, str(exc))]
+        order = ["unreachable", "tls", "credentials"]
+        names = {"unreachable": "broker", "tls": "tls", "credentials": "credentials"}
+        failed = order.index(kind)
+        out = [Check(names[k], OK, "passed") for k in order[:failed]]
+        out.append(Check(names[kind], FAIL, str(exc)))
+        out += [Check(names[k], WARN, "not checked") for k in order[failed + 1 :]]
+        return out
+    if not mqtt:
+        return [Check("bus", OK, f"{url} is reachable")]
+    tls = url.startswith("mqtts://")
+    return [
+        Check("broker", OK, f"{url} is reachable"),
+        Check("tls", OK if tls else WARN, "certificate verified" if tls else "not encrypted"),
+        Check("credentials", OK, "the broker accepted the connection"),
+    ]
 
 
 def healthy(checks: list[Check]) -> bool:
