@@ -146,3 +146,43 @@ send completed "shell says done" 3 auto
     assert [(e["seq"], e["event"]) for e in json_lines(out)] == [(1, "started"), (3, "completed")]
     rejected = state.audit.read_events(job.job_id, kind="rejected")
     assert [(r["reason"], r["seq"]) for r in rejected] == [("bad_signature", 2)]
+
+
+def test_submit_and_the_wrapper_work_unchanged_over_mqtt(
+    home: Path, broker: Broker, tmux_env, tmp_path: Path
+):
+    env = {**tmux_env, "DELEGATE_BUS": broker.url}
+    result = run_cli(
+        home,
+        "submit",
+        "--agent",
+        "shell",
+        "--workdir",
+        str(tmp_path),
+        "--prompt",
+        'delegate publish --event progress --detail "over mqtt"; exit 0',
+        "--idle-timeout",
+        "30",
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    events = json_lines(result.stdout)
+    assert [e["event"] for e in events] == ["started", "progress", "completed"]
+    job = _state(home, broker.url).registry.get(events[0]["job_id"])
+    assert job.bus["url"] == broker.url and job.status is JobState.COMPLETED
+    failed = run_cli(
+        home,
+        "submit",
+        "--agent",
+        "shell",
+        "--workdir",
+        str(tmp_path),
+        "--prompt",
+        "exit 4",
+        "--idle-timeout",
+        "30",
+        env=env,
+        timeout=120,
+    )
+    assert failed.returncode == 1 and '"exit_status": 4' in failed.stdout

@@ -81,7 +81,9 @@ def test_a_wrong_ca_fails_fast_with_a_clear_error(home, tls_broker: TlsBroker):
     assert time.monotonic() - started < 3
     job_id = run_cli(home, "register", env=_env(tls_broker, "delegator")).stdout.strip()
     started = time.monotonic()
-    result = run_cli(home, "watch", job_id, env=_env(tls_broker, "delegator", ca=tls_broker.wrong_ca))
+    result = run_cli(
+        home, "watch", job_id, env=_env(tls_broker, "delegator", ca=tls_broker.wrong_ca)
+    )
     assert_one_line_error(result)
     assert result.returncode == 69 and "MQTT_CA_CERTS" in result.stderr
     assert time.monotonic() - started < 10
@@ -117,5 +119,34 @@ def test_bad_mqtt_settings_are_refused(home):
         settings_from("mqtt://host:1883?colour=blue")
     settings = settings_from("mqtts://u:p%40ss@host?prefix=team", {"MQTT_USERNAME": "other"})
     assert (settings.username, settings.password, settings.port, settings.prefix) == (
-        "u", "p@ss", 8883, "team"
+        "u",
+        "p@ss",
+        8883,
+        "team",
     )
+
+
+def test_per_job_settings_travel_in_the_job_record(home, tls_broker: TlsBroker):
+    """The bus URL recorded at registration keeps its settings (the CA here), never a password;
+    credentials come from each side's environment."""
+    url = (
+        f"mqtts://delegator:delegator-secret@localhost:{tls_broker.broker.port}?ca={tls_broker.ca}"
+    )
+    job_id = run_cli(home, "register", env={"DELEGATE_BUS": url}).stdout.strip()
+    record = json.loads((home / "jobs" / f"{job_id}.json").read_text())
+    assert "delegator-secret" not in json.dumps(record)
+    assert f"ca={tls_broker.ca}" in record["bus"]["url"]
+    # the agent has no MQTT_CA_CERTS of its own: the job's settings are enough
+    agent = {"MQTT_USERNAME": "agent", "MQTT_PASSWORD": "agent-secret"}
+    for event in ("started", "completed"):
+        published = run_cli(home, "publish", "--job", job_id, "--event", event, env=agent)
+        assert published.returncode == 0, published.stderr
+    assert "delegator" not in record["bus"]["url"]  # no user either: identity is per side
+    # the delegator's own DELEGATE_BUS names the same broker, with its credentials; it gets the
+    # retained outcome at once
+    watched = run_cli(home, "watch", job_id, env={"DELEGATE_BUS": url})
+    assert watched.returncode == 0, watched.stderr
+    assert [e["event"] for e in json_lines(watched.stdout)] == ["completed"]
+    anonymous = run_cli(home, "watch", job_id)  # no credentials at all: refused, one line
+    assert_one_line_error(anonymous)
+    assert anonymous.returncode == 69 and "anonymous" in anonymous.stderr

@@ -9,21 +9,40 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..audit import AuditLog
 from ..bus import Bus, open_bus
-from ..config import Layout, bus_url, state_home
+from ..config import BUS_ENV, Layout, bus_url, state_home
 from ..model import Job
 from ..registry import Registry
 
 
 def strip_password(url: str) -> str:
-    """The URL with any password removed, for storing in records and logs."""
+    """The URL without its user info, for storing in records and showing in logs.
+
+    Who connects is a fact of the side that runs (the delegator, an agent), so the job record
+    keeps the broker and its settings, never a user or a password.
+    """
     parts = urlsplit(url)
-    if parts.password is None:
+    if parts.username is None and parts.password is None:
         return url
     host = parts.hostname or ""
     if parts.port is not None:
         host = f"{host}:{parts.port}"
-    netloc = f"{parts.username}@{host}" if parts.username else host
-    return urlunsplit(parts._replace(netloc=netloc))
+    return urlunsplit(parts._replace(netloc=host))
+
+
+def with_own_credentials(job_url: str, own_url: str | None) -> str:
+    """`job_url`, carrying the user info of `own_url` (this side's DELEGATE_BUS) when both name
+    the same broker."""
+    if not own_url:
+        return job_url
+    own, job = urlsplit(own_url), urlsplit(job_url)
+    if own.username is None or (own.scheme, own.hostname, own.port) != (
+        job.scheme,
+        job.hostname,
+        job.port,
+    ):
+        return job_url
+    userinfo = own.netloc.rsplit("@", 1)[0]
+    return urlunsplit(job._replace(netloc=f"{userinfo}@{job.netloc}"))
 
 
 class State:
@@ -57,4 +76,5 @@ class State:
         over the environment's."""
         overrides = {k: str(v) for k, v in job.bus.items() if k.startswith("MQTT_")}
         env = {**self.env, **overrides} if overrides else self.env
-        return open_bus(self.bus_url_for(job), env=env)
+        url = with_own_credentials(self.bus_url_for(job), self.env.get(BUS_ENV))
+        return open_bus(url, env=env)
