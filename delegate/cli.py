@@ -26,6 +26,20 @@ app = typer.Typer(
 
 JobIdArg = Annotated[str, typer.Argument(help="The job id (8 lowercase hex characters).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+# Options register and submit share.
+SessionOpt = Annotated[
+    str | None, typer.Option("--session", help="tmux session name (default: dlg-<job id>).")
+]
+WallTimeoutOpt = Annotated[
+    float | None, typer.Option("--wall-timeout", help="Wall-clock budget in seconds (0: none).")
+]
+IdleTimeoutOpt = Annotated[
+    float | None, typer.Option("--idle-timeout", help="Idle limit in seconds (0: none).")
+]
+IdempotencyOpt = Annotated[
+    str | None,
+    typer.Option("--idempotency-key", help="Same key, same job: a second call creates nothing."),
+]
 
 
 def _state() -> State:
@@ -53,19 +67,10 @@ def _table(title: str | None, columns: list[str], rows: list[list[str]]) -> None
 @app.command()
 def register(
     cmd: Annotated[str | None, typer.Option("--cmd", help="Command the job will run.")] = None,
-    session: Annotated[str | None, typer.Option("--session", help="tmux session name.")] = None,
-    wall_timeout: Annotated[
-        float | None, typer.Option("--wall-timeout", help="Wall-clock budget in seconds (0: none).")
-    ] = None,
-    idle_timeout: Annotated[
-        float | None, typer.Option("--idle-timeout", help="Idle limit in seconds (0: none).")
-    ] = None,
-    idempotency_key: Annotated[
-        str | None,
-        typer.Option(
-            "--idempotency-key", help="Same key, same job: a second call creates nothing."
-        ),
-    ] = None,
+    session: SessionOpt = None,
+    wall_timeout: WallTimeoutOpt = None,
+    idle_timeout: IdleTimeoutOpt = None,
+    idempotency_key: IdempotencyOpt = None,
     as_json: JsonOpt = False,
 ) -> int:
     """Create a pending job without starting anything; print its id.
@@ -279,15 +284,9 @@ def submit(
     workdir: Annotated[
         Path | None, typer.Option("--workdir", help="Folder the agent works in (default: here).")
     ] = None,
-    session: Annotated[
-        str | None, typer.Option("--session", help="tmux session name (default: dlg-<job id>).")
-    ] = None,
-    wall_timeout: Annotated[
-        float | None, typer.Option("--wall-timeout", help="Wall-clock budget in seconds (0: none).")
-    ] = None,
-    idle_timeout: Annotated[
-        float | None, typer.Option("--idle-timeout", help="Idle limit in seconds (0: none).")
-    ] = None,
+    session: SessionOpt = None,
+    wall_timeout: WallTimeoutOpt = None,
+    idle_timeout: IdleTimeoutOpt = None,
     bus: Annotated[str | None, typer.Option("--bus", help="Bus URL for this job.")] = None,
     wait: Annotated[
         bool | None,
@@ -295,12 +294,7 @@ def submit(
             "--wait/--no-wait", help="Stream events and exit with the outcome, or return at once."
         ),
     ] = None,
-    idempotency_key: Annotated[
-        str | None,
-        typer.Option(
-            "--idempotency-key", help="Same key, same job: a second submit starts nothing."
-        ),
-    ] = None,
+    idempotency_key: IdempotencyOpt = None,
     from_file: Annotated[
         Path | None,
         typer.Option("--from-file", help="Read these settings from a TOML file (flags win)."),

@@ -67,7 +67,9 @@ def rows(state: State, *, tmux: Tmux | None = None) -> list[Row]:
         if pane is None:
             live = "-" if session is None else "gone"
         elif pane.dead:
-            live = f"exited {pane.exit_status}"
+            # tmux 3.3 now and then leaves a pane's process unreaped (seen with many panes
+            # exiting at once) and cannot tell its status; the job's own record still has it.
+            live = f"exited {'?' if pane.exit_status is None else pane.exit_status}"
         else:
             live = "alive"
         out.append(
