@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-EXTRAS ?= dev
+EXTRAS ?= dev,spark
 
 .PHONY: all setup system venv bytecode demo test lint format bench clean
 

@@ -382,6 +382,50 @@ def ps(as_json: JsonOpt = False) -> int:
 
 
 @app.command()
+def report(
+    logs: Annotated[
+        str | None,
+        typer.Option("--logs", help="Audit logs folder or any URI Spark reads (default: ours)."),
+    ] = None,
+    master: Annotated[
+        str | None, typer.Option("--master", help="Spark master URL (default: local[*]).")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only jobs submitted on or after this day.")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Folder for json, parquet or html output.")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, json, parquet or html.")] = "table",
+    compact: Annotated[
+        bool,
+        typer.Option("--compact", help="First turn new NDJSON into day-partitioned Parquet."),
+    ] = False,
+) -> int:
+    """Analyse the audit logs with Spark: per job, per agent, per session, per day.
+
+    Example: delegate report --since 2026-11-01 --format html --out report/
+    """
+    from .report.render import print_table
+    from .services.report import run_report
+
+    result = run_report(
+        _state(), logs=logs, master=master, since=since, out=out, fmt=fmt, compact=compact
+    )
+    if result.compacted is not None:
+        print(
+            f"compacted {result.compacted['lines']} new line(s)"
+            f" ({result.compacted['malformed']} malformed)",
+            file=sys.stderr,
+        )
+    if fmt == "table":
+        print_table(result.report)
+    for path in result.written:
+        print(path)
+    return 0
+
+
+@app.command()
 def doctor(as_json: JsonOpt = False) -> int:
     """Check the state directory, the registry (corrupt records) and the bus.
 

@@ -14,6 +14,8 @@ if command -v java >/dev/null 2>&1; then
     [ -n "$major" ] && [ "$major" -ge 17 ] && java_ok=true
 fi
 $java_ok || missing+=(openjdk-17-jre-headless)
+# headless Chromium renders the HTML report in the tests
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 
 [ ${#missing[@]} -eq 0 ] && exit 0
 

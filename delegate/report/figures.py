@@ -1,0 +1,267 @@
+"""The report's figures, computed with Spark from the audit logs.
+
+Definitions (the tests recompute each one in plain Python):
+- An event is one (job, seq) among `published`/`received` lines, at its earliest time: the
+  publisher's and the subscriber's lines of one event count once; exact duplicate lines once.
+- duration: `registered` to the first terminal `status_changed` (completed, error, cancelled);
+  none while the job runs.
+- time to first event: `registered` to the first event.
+- longest silence: the longest gap between two consecutive events (none below two events).
+- rejected: `rejected` lines by reason. Malformed lines (not JSON objects, or no usable
+  job/kind/ts) are counted and left out, never fatal.
+- per agent / per session: jobs, completed, error, cancelled, success rate = completed over
+  ended jobs, p50/p95 of durations (exact percentiles, linear interpolation).
+- per day (UTC): submitted (registered), completed and failed (error) by the day they ended.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+TERMINAL = ("completed", "error", "cancelled")
+
+# Only the fields the report reads; the envelope is left unparsed.
+LINE_SCHEMA = StructType(
+    [
+        StructField("ts", StringType()),
+        StructField("kind", StringType()),
+        StructField("job_id", StringType()),
+        StructField("seq", LongType()),
+        StructField("event", StringType()),
+        StructField("status", StringType()),
+        StructField("previous", StringType()),
+        StructField("error", StringType()),
+        StructField("reason", StringType()),
+    ]
+)
+CORRUPT = "_corrupt_record"
+RAW_SCHEMA = StructType([*LINE_SCHEMA.fields, StructField(CORRUPT, StringType())])
+STATUS_SCHEMA = StructType(
+    [
+        StructField("job_id", StringType()),
+        StructField("status", StringType()),
+        StructField("agent", StringType()),
+        StructField("session", StringType()),
+        StructField("error", StringType()),
+    ]
+)
+COLUMNS = [f.name for f in LINE_SCHEMA.fields]
+
+
+def spark_session(master: str | None = None, *, app: str = "delegate-report") -> SparkSession:
+    log_config = Path(__file__).with_name("log4j2.properties")
+    builder = (
+        SparkSession.builder.appName(app)
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_config}")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    if master:
+        builder = builder.master(master)
+    elif "spark.master" not in builder._options:
+        builder = builder.master("local[*]")
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def parse_lines(raw: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(usable lines with a parsed time `t`, malformed lines) from lines read with RAW_SCHEMA."""
+    parsed = raw.withColumn("t", F.to_timestamp("ts"))
+    usable = (
+        F.col(CORRUPT).isNull()
+        & F.col("job_id").isNotNull()
+        & F.col("kind").isNotNull()
+        & F.col("t").isNotNull()
+    )
+    return parsed.filter(usable).select(*COLUMNS, "t"), parsed.filter(~usable)
+
+
+def read_ndjson(spark: SparkSession, paths: list[str]) -> tuple[DataFrame, int]:
+    """Lines of events.ndjson files and the number of malformed lines among them."""
+    if not paths:
+        return spark.createDataFrame([], LINE_SCHEMA).withColumn("t", F.to_timestamp("ts")), 0
+    raw = (
+        spark.read.schema(RAW_SCHEMA)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT)
+        .json(paths)
+        .cache()  # Spark refuses a query on the corrupt column of an uncached source
+    )
+    lines, malformed = parse_lines(raw)
+    return lines, malformed.count()
+
+
+def read_status(spark: SparkSession, pattern: str) -> DataFrame:
+    return spark.read.schema(STATUS_SCHEMA).option("mode", "DROPMALFORMED").json(pattern)
+
+
+class Report(NamedTuple):
+    jobs: list[dict[str, Any]]
+    agents: list[dict[str, Any]]
+    sessions: list[dict[str, Any]]
+    days: list[dict[str, Any]]
+    totals: dict[str, Any]
+
+
+def _seconds(later: Any, earlier: Any) -> Any:
+    return (F.unix_micros(later) - F.unix_micros(earlier)) / 1e6
+
+
+def compute_frames(
+    lines: DataFrame, status: DataFrame, *, since: date | None = None
+) -> dict[str, DataFrame]:
+    """The report's tables as DataFrames (for Parquet output); `lines` carry a parsed `t`.
+
+    With `since`, only jobs registered on or after that day (UTC) are counted."""
+    lines = lines.dropDuplicates(COLUMNS)  # an exact duplicate line counts once
+    events = (
+        lines.filter(F.col("kind").isin("published", "received") & F.col("seq").isNotNull())
+        .groupBy("job_id", "seq")
+        .agg(F.min("t").alias("t"), F.first("event", ignorenulls=True).alias("event"))
+    )
+    by_time = Window.partitionBy("job_id").orderBy("t", "seq")
+    gaps = events.withColumn("gap", _seconds(F.col("t"), F.lag("t").over(by_time)))
+    event_stats = gaps.groupBy("job_id").agg(
+        F.count("*").alias("events"),
+        F.min("t").alias("first_event_at"),
+        F.max("gap").alias("longest_silence_s"),
+        F.sum(F.when(F.col("event") == "permission_required", 1).otherwise(0)).alias(
+            "permission_requests"
+        ),
+    )
+    marks = lines.groupBy("job_id").agg(
+        F.min(F.when(F.col("kind") == "registered", F.col("t"))).alias("registered_at"),
+        F.min(
+            F.when(
+                (F.col("kind") == "status_changed") & F.col("status").isin(*TERMINAL), F.col("t")
+            )
+        ).alias("ended_at"),
+        F.max_by(
+            F.when(F.col("kind") == "status_changed", F.col("status")),
+            F.when(F.col("kind") == "status_changed", F.col("t")),
+        ).alias("last_status"),
+    )
+    rejected = (
+        lines.filter((F.col("kind") == "rejected") & F.col("reason").isNotNull())
+        .groupBy("job_id", "reason")
+        .count()
+        .groupBy("job_id")
+        .agg(
+            F.sum("count").alias("rejected"),
+            F.map_from_entries(F.collect_list(F.struct("reason", "count"))).alias(
+                "rejected_by_reason"
+            ),
+        )
+    )
+    jobs = (
+        marks.join(status.select("job_id", "status", "agent", "session"), "job_id", "left")
+        .join(event_stats, "job_id", "left")
+        .join(rejected, "job_id", "left")
+        .select(
+            "job_id",
+            F.coalesce("status", "last_status", F.lit("pending")).alias("status"),
+            F.coalesce("agent", F.lit("-")).alias("agent"),
+            F.coalesce("session", F.lit("-")).alias("session"),
+            "registered_at",
+            "ended_at",
+            _seconds(F.col("ended_at"), F.col("registered_at")).alias("duration_s"),
+            _seconds(F.col("first_event_at"), F.col("registered_at")).alias(
+                "time_to_first_event_s"
+            ),
+            F.coalesce("events", F.lit(0)).alias("events"),
+            "longest_silence_s",
+            F.coalesce("permission_requests", F.lit(0)).alias("permission_requests"),
+            F.coalesce("rejected", F.lit(0)).alias("rejected"),
+            "rejected_by_reason",
+        )
+    )
+    if since is not None:
+        jobs = jobs.filter(F.to_date("registered_at") >= F.lit(since))
+    jobs = jobs.cache()
+
+    def per(key: str) -> DataFrame:
+        ended = F.col("status").isin(*TERMINAL)
+        return (
+            jobs.groupBy(key)
+            .agg(
+                F.count("*").alias("jobs"),
+                F.sum((F.col("status") == "completed").cast("int")).alias("completed"),
+                F.sum((F.col("status") == "error").cast("int")).alias("error"),
+                F.sum((F.col("status") == "cancelled").cast("int")).alias("cancelled"),
+                F.sum(ended.cast("int")).alias("ended"),
+                F.percentile(F.col("duration_s"), F.lit(0.5)).alias("p50_duration_s"),
+                F.percentile(F.col("duration_s"), F.lit(0.95)).alias("p95_duration_s"),
+            )
+            .withColumn(
+                "success_rate",
+                F.when(F.col("ended") > 0, F.col("completed") / F.col("ended")),
+            )
+            .drop("ended")
+            .orderBy(key)
+        )
+
+    submitted = (
+        jobs.filter(F.col("registered_at").isNotNull())
+        .groupBy(F.to_date("registered_at").alias("day"))
+        .agg(F.count("*").alias("submitted"))
+    )
+    finished = (
+        jobs.filter(F.col("ended_at").isNotNull())
+        .groupBy(F.to_date("ended_at").alias("day"))
+        .agg(
+            F.sum((F.col("status") == "completed").cast("int")).alias("completed"),
+            F.sum((F.col("status") == "error").cast("int")).alias("failed"),
+        )
+    )
+    days = (
+        submitted.join(finished, "day", "full")
+        .select(
+            "day",
+            F.coalesce("submitted", F.lit(0)).alias("submitted"),
+            F.coalesce("completed", F.lit(0)).alias("completed"),
+            F.coalesce("failed", F.lit(0)).alias("failed"),
+        )
+        .orderBy("day")
+    )
+    return {"jobs": jobs, "agents": per("agent"), "sessions": per("session"), "days": days}
+
+
+def _rows(frame: DataFrame) -> list[dict[str, Any]]:
+    # Timestamps leave Spark as UTC text: PySpark would make them naive local datetimes.
+    utc = [
+        F.date_format(f.name, "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").alias(f.name)
+        if f.dataType.typeName() == "timestamp"
+        else F.col(f.name)
+        for f in frame.schema.fields
+    ]
+    return [row.asDict(recursive=True) for row in frame.select(*utc).collect()]
+
+
+def compute(
+    lines: DataFrame, status: DataFrame, *, malformed: int = 0, since: date | None = None
+) -> Report:
+    return collect(compute_frames(lines, status, since=since), malformed=malformed)
+
+
+def collect(frames: dict[str, DataFrame], *, malformed: int = 0) -> Report:
+    """Bring the tables to the driver as plain rows."""
+    jobs = sorted(_rows(frames["jobs"]), key=lambda j: (str(j["registered_at"]), j["job_id"]))
+    totals = {
+        "jobs": len(jobs),
+        "events": sum(j["events"] for j in jobs),
+        "rejected": sum(j["rejected"] for j in jobs),
+        "permission_requests": sum(j["permission_requests"] for j in jobs),
+        "malformed_lines": malformed,
+    }
+    return Report(
+        jobs, _rows(frames["agents"]), _rows(frames["sessions"]), _rows(frames["days"]), totals
+    )

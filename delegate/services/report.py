@@ -1,0 +1,116 @@
+"""`delegate report`: check that Spark can run, then compute and write the report.
+
+Nothing here imports PySpark at module level: without Java or pyspark, the command says what is
+missing in one line instead of failing on import.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import date
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ..errors import DelegateError, UsageError
+from .state import State
+
+FORMATS = ("table", "json", "parquet", "html")
+
+
+class ReportUnavailable(DelegateError):
+    exit_code = 69
+
+
+class ReportResult(NamedTuple):
+    report: Any
+    written: list[Path]
+    compacted: dict[str, int] | None
+
+
+def check_requirements(env: dict[str, str] | None = None) -> None:
+    env = dict(os.environ) if env is None else env
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise ReportUnavailable(
+            "delegate report needs PySpark: pip install 'delegate[spark]' (make setup does it)"
+        ) from None
+    java_home = env.get("JAVA_HOME")
+    java = (
+        Path(java_home) / "bin" / "java"
+        if java_home
+        else shutil.which("java", path=env.get("PATH"))
+    )
+    if not java or not Path(java).exists():
+        raise ReportUnavailable(
+            "delegate report needs a Java 17+ runtime for Spark: apt-get install "
+            "openjdk-17-jre-headless, or set JAVA_HOME"
+        )
+
+
+def parse_since(text: str | None) -> date | None:
+    if text is None:
+        return None
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--since {text!r} is not a date like 2026-11-22") from None
+
+
+def _is_local(logs: str) -> bool:
+    return "://" not in logs or logs.startswith("file://")
+
+
+def run_report(
+    state: State,
+    *,
+    logs: str | None = None,
+    master: str | None = None,
+    since: str | None = None,
+    out: Path | None = None,
+    fmt: str = "table",
+    compact: bool = False,
+) -> ReportResult:
+    if fmt not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
+    since_day = parse_since(since)
+    logs = logs or str(state.layout.logs)
+    local = _is_local(logs)
+    if local:
+        logs_path = Path(logs.removeprefix("file://")).expanduser().absolute()
+        if not logs_path.is_dir():
+            raise UsageError(f"--logs {logs_path} is not a folder")
+    elif compact:
+        raise UsageError("--compact needs local logs; on a cluster, compact where they are written")
+    check_requirements(dict(state.env))
+
+    from ..report import compact as compaction
+    from ..report.figures import collect, compute_frames, read_ndjson, read_status, spark_session
+    from ..report.render import write
+
+    spark = spark_session(master)
+    compacted = None
+    if local:
+        store = (
+            state.layout.home / "analytics"
+            if logs_path == state.layout.logs
+            else (logs_path.parent / f"{logs_path.name}-analytics")
+        )
+        if compact:
+            compacted = compaction.compact(spark, logs_path, store)
+        if (store / "events").exists():
+            lines, malformed = compaction.read_store(spark, logs_path, store)
+        else:
+            paths = [str(p) for p in sorted(logs_path.glob("*/events.ndjson"))]
+            lines, malformed = read_ndjson(spark, paths)
+        status = read_status(spark, str(logs_path / "*" / "status.json"))
+    else:
+        lines, malformed = read_ndjson(spark, [f"{logs.rstrip('/')}/*/events.ndjson"])
+        status = read_status(spark, f"{logs.rstrip('/')}/*/status.json")
+    frames = compute_frames(lines, status, since=since_day)
+    report = collect(frames, malformed=malformed)
+    written: list[Path] = []
+    if fmt != "table":
+        written = write(report, frames, fmt, out or Path("delegate-report"))
+    return ReportResult(report, written, compacted)
