@@ -346,6 +346,31 @@ def test_compaction_is_incremental_and_changes_no_figure(spark, tmp_path: Path):
     assert sorted(p.name for p in (store / "events").iterdir() if p.is_dir())[0].startswith("day=")
 
 
+def test_compaction_through_hadoop_filesystem_uris(spark, tmp_path: Path):
+    """The same incremental compaction on a URI (here file://, through Hadoop's FileSystem
+    API, the path hdfs:// and s3a:// take)."""
+    from delegate.report.compact import HadoopFiles, files_for
+
+    logs = tmp_path / "logs"
+    generate(logs, Spec(jobs=10, seed=21))
+    logs_uri, store_uri = logs.as_uri(), (tmp_path / "analytics").as_uri()
+    assert isinstance(files_for(spark, logs_uri, store_uri), HadoopFiles)
+    first = compact(spark, logs_uri, store_uri)
+    total = sum(p.read_text().count("\n") for p in logs.glob("*/events.ndjson"))
+    assert first["lines"] == total
+    generate(tmp_path / "more", Spec(jobs=2, seed=22))
+    for folder in (tmp_path / "more").iterdir():
+        shutil.move(str(folder), logs / folder.name)
+    second = compact(spark, logs_uri, store_uri)
+    assert (
+        second["lines"]
+        == sum(p.read_text().count("\n") for p in logs.glob("*/events.ndjson")) - total
+    )
+    lines, malformed = read_store(spark, logs_uri, store_uri)
+    status = read_status(spark, str(logs / "*" / "status.json"))
+    assert_same(compute(lines, status, malformed=malformed), plain_report(logs))
+
+
 def test_html_report_renders_in_headless_chromium(spark, tmp_path: Path):
     from delegate.report.render import write
 

@@ -81,8 +81,11 @@ def run_report(
         logs_path = Path(logs.removeprefix("file://")).expanduser().absolute()
         if not logs_path.is_dir():
             raise UsageError(f"--logs {logs_path} is not a folder")
-    elif compact:
-        raise UsageError("--compact needs local logs; on a cluster, compact where they are written")
+        logs = str(logs_path)
+        own = logs_path == state.layout.logs
+        store = str(state.layout.home / "analytics" if own else Path(f"{logs}-analytics"))
+    else:
+        store = f"{logs.rstrip('/')}-analytics"
     check_requirements(dict(state.env))
 
     from ..report import compact as compaction
@@ -90,24 +93,16 @@ def run_report(
     from ..report.render import write
 
     spark = spark_session(master)
-    compacted = None
-    if local:
-        store = (
-            state.layout.home / "analytics"
-            if logs_path == state.layout.logs
-            else (logs_path.parent / f"{logs_path.name}-analytics")
+    compacted = compaction.compact(spark, logs, store) if compact else None
+    if compaction.has_store(spark, logs, store):
+        lines, malformed = compaction.read_store(spark, logs, store)
+    elif local:
+        lines, malformed = read_ndjson(
+            spark, [str(p) for p in sorted(Path(logs).glob("*/events.ndjson"))]
         )
-        if compact:
-            compacted = compaction.compact(spark, logs_path, store)
-        if (store / "events").exists():
-            lines, malformed = compaction.read_store(spark, logs_path, store)
-        else:
-            paths = [str(p) for p in sorted(logs_path.glob("*/events.ndjson"))]
-            lines, malformed = read_ndjson(spark, paths)
-        status = read_status(spark, str(logs_path / "*" / "status.json"))
     else:
         lines, malformed = read_ndjson(spark, [f"{logs.rstrip('/')}/*/events.ndjson"])
-        status = read_status(spark, f"{logs.rstrip('/')}/*/status.json")
+    status = read_status(spark, f"{logs.rstrip('/')}/*/status.json")
     frames = compute_frames(lines, status, since=since_day)
     report = collect(frames, malformed=malformed)
     written: list[Path] = []
