@@ -53,6 +53,10 @@ class LocalFiles:
         Path(location).parent.mkdir(parents=True, exist_ok=True)
         atomic_write(Path(location), data, mode=0o600)
 
+    def writer(self, location: str) -> Any:
+        Path(location).parent.mkdir(parents=True, exist_ok=True)
+        return open(location, "wb")
+
     def exists(self, location: str) -> bool:
         return Path(location).exists()
 
@@ -113,6 +117,9 @@ class HadoopFiles:
         finally:
             stream.close()
 
+    def writer(self, location: str) -> Any:
+        return self._fs(location).create(self._path(location), True)
+
     def exists(self, location: str) -> bool:
         return bool(self._fs(location).exists(self._path(location)))
 
@@ -145,25 +152,29 @@ def _manifest(files: Files) -> dict[str, Any]:
 
 
 def collect_tails(files: Files, offsets: dict[str, int]) -> Tails:
-    """Copy every log's complete lines past its offset into one staging file in the store."""
+    """Copy every log's complete lines past its offset into one staging file in the store,
+    one log at a time, so a large first compaction never holds the history in memory."""
     new_offsets = dict(offsets)
-    parts: list[bytes] = []
-    for key, location, size in files.logs_with_size():
-        start = offsets.get(key, 0)
-        if size <= start:
-            continue
-        chunk = files.read_range(location, start, size)
-        end = chunk.rfind(b"\n") + 1  # a line still being written waits for next time
-        if end <= 0:
-            continue
-        parts.append(chunk[:end])
-        new_offsets[key] = start + end
-    if not parts:
-        return Tails(None, new_offsets, 0)
-    data = b"".join(parts)
     staging = f"{files.store}/_staging/batch-{os.getpid()}-{time.monotonic_ns()}.ndjson"
-    files.write(staging, data)
-    return Tails(staging, new_offsets, data.count(b"\n"))
+    out = None
+    count = 0
+    try:
+        for key, location, size in files.logs_with_size():
+            start = offsets.get(key, 0)
+            if size <= start:
+                continue
+            chunk = files.read_range(location, start, size)
+            end = chunk.rfind(b"\n") + 1  # a line still being written waits for next time
+            if end <= 0:
+                continue
+            out = out or files.writer(staging)
+            out.write(chunk[:end])
+            new_offsets[key] = start + end
+            count += chunk.count(b"\n", 0, end)
+    finally:
+        if out is not None:
+            out.close()
+    return Tails(staging if count else None, new_offsets, count)
 
 
 def _read_staging(spark: SparkSession, staging: str) -> tuple[DataFrame, int]:
