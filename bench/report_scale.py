@@ -88,13 +88,13 @@ def measure(events: int, work: Path) -> dict[str, object]:
     logs = home / "logs"
     per_job = 100  # about 2 lines per event plus a few status lines: ~205 lines a job
     started = time.perf_counter()
-    lines = generate(logs, Spec(jobs=max(1, events // (2 * per_job + 5)), events_per_job=per_job,
-                                seed=events))
+    lines = generate(
+        logs, Spec(jobs=max(1, events // (2 * per_job + 5)), events_per_job=per_job, seed=events)
+    )
     generated_s = time.perf_counter() - started
     env = {**os.environ, "DELEGATE_HOME": str(home)}
     exe = delegate_exe()
-    compact_s = run([exe, "report", "--compact", "--format", "json", "--out", str(work / "c")],
-                    env)
+    compact_s = run([exe, "report", "--compact", "--format", "json", "--out", str(work / "c")], env)
     report_s = run([exe, "report", "--format", "json", "--out", str(work / f"r-{events}")], env)
     figures = json.loads((work / f"r-{events}" / "report.json").read_text())
 
@@ -129,8 +129,11 @@ def main() -> None:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         results = {str(size): measure(size, work) for size in sizes}
-    out: dict[str, object] = {"benchmark": "delegate report vs DuckDB", "sizes": results,
-                              "target": "10M events from compacted Parquet in <= 60 s"}
+    out: dict[str, object] = {
+        "benchmark": "delegate report vs DuckDB",
+        "sizes": results,
+        "target": "10M events from compacted Parquet in <= 60 s",
+    }
     if len(sizes) >= 2:
         small, large = results[str(sizes[0])], results[str(sizes[-1])]
         out["scaling_report"] = round(
