@@ -41,18 +41,19 @@ def _fmt(value: Any) -> str:
     return str(_plain(value))
 
 
+GROUP_COLUMNS = [
+    "jobs",
+    "completed",
+    "error",
+    "cancelled",
+    "success_rate",
+    "p50_duration_s",
+    "p95_duration_s",
+]
+
+
 def _group_rows(rows: list[dict[str, Any]], key: str) -> list[list[str]]:
-    cols = [
-        key,
-        "jobs",
-        "completed",
-        "error",
-        "cancelled",
-        "success_rate",
-        "p50_duration_s",
-        "p95_duration_s",
-    ]
-    return [[_fmt(r.get(c)) for c in cols] for r in rows]
+    return [[_fmt(r.get(c)) for c in (key, *GROUP_COLUMNS)] for r in rows]
 
 
 GROUP_HEADER = ["JOBS", "COMPLETED", "ERROR", "CANCELLED", "SUCCESS", "P50 S", "P95 S"]
@@ -169,15 +170,6 @@ def _html_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 def to_html(report: Report) -> str:
     drawn = charts(report)
     t = report.totals
-    group_cols = [
-        "jobs",
-        "completed",
-        "error",
-        "cancelled",
-        "success_rate",
-        "p50_duration_s",
-        "p95_duration_s",
-    ]
     sections = "".join(
         f'<section class="chart" id="chart-{name}">{svg}</section>' for name, svg in drawn.items()
     )
@@ -194,8 +186,8 @@ th:first-child, td:first-child {{ text-align: left; }}
 <p id="totals">{t["jobs"]} jobs, {t["events"]} events, {t["permission_requests"]} permission
 requests, {t["rejected"]} rejected messages, {t["malformed_lines"]} malformed lines</p>
 {sections}
-<h2>Per agent</h2>{_html_table(report.agents, ["agent", *group_cols])}
-<h2>Per session</h2>{_html_table(report.sessions, ["session", *group_cols])}
+<h2>Per agent</h2>{_html_table(report.agents, ["agent", *GROUP_COLUMNS])}
+<h2>Per session</h2>{_html_table(report.sessions, ["session", *GROUP_COLUMNS])}
 <h2>Per day (UTC)</h2>{_html_table(report.days, ["day", "submitted", "completed", "failed"])}
 <h2>Jobs</h2>{_html_table(report.jobs, JOB_COLUMNS)}
 </body></html>
