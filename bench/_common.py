@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import compileall
 import json
+import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,3 +57,36 @@ def summary_ms(seconds: Sequence[float]) -> dict[str, float]:
 
 def emit(result: dict[str, Any]) -> None:
     print(json.dumps(result, indent=2))
+
+
+def bench_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment for a run on its own state dir, on the default bus unless given."""
+    env = {k: v for k, v in os.environ.items() if k != "DELEGATE_BUS"}
+    env["DELEGATE_HOME"] = str(home)
+    env.update(extra)
+    return env
+
+
+def started_job(env: dict[str, str]) -> str:
+    """Register a job and publish its `started`, so later publishes are plain progress."""
+    exe = delegate_exe()
+    job_id = subprocess.run(
+        [exe, "register"], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    subprocess.run(
+        [exe, "publish", "--job", job_id, "--event", "started"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
+    return job_id
+
+
+@contextmanager
+def private_tmux() -> Iterator[str]:
+    """A tmux socket name of our own; its server is killed afterwards."""
+    socket = f"dlgbench-{uuid.uuid4().hex[:8]}"
+    try:
+        yield socket
+    finally:
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)

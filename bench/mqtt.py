@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import queue
 import secrets
 import subprocess
@@ -20,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import ROOT, delegate_exe, emit, precompile, summary_ms
+from _common import ROOT, bench_env, delegate_exe, emit, precompile, started_job, summary_ms
 
 sys.path.insert(0, str(ROOT))
 from tests.mqtt_fixtures import PLAIN, Broker, free_port
@@ -137,17 +136,9 @@ def delegate_latency(url: str, n: int) -> tuple[list[float], float]:
 
 def fresh_process(url: str, port: int, n: int) -> tuple[list[float], list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "DELEGATE_HOME": str(Path(tmp) / "state"), "DELEGATE_BUS": url}
+        env = bench_env(Path(tmp) / "state", DELEGATE_BUS=url)
         exe = delegate_exe()
-        job = subprocess.run(
-            [exe, "register"], env=env, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        subprocess.run(
-            [exe, "publish", "--job", job, "--event", "started"],
-            env=env,
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        job = started_job(env)
         ours, reference, bare = [], [], []
         for i in range(n):
             started = time.perf_counter()

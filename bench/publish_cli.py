@@ -6,12 +6,11 @@ Target (issue 2): median <= 60 ms. Bare `python -c pass` is measured in the same
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
 
-from _common import delegate_exe, emit, precompile, summary_ms, temp_home
+from _common import bench_env, delegate_exe, emit, precompile, started_job, summary_ms, temp_home
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:
@@ -27,17 +26,8 @@ def main() -> None:
     precompile()
     exe = delegate_exe()
     with temp_home() as home:
-        env = {**os.environ, "DELEGATE_HOME": str(home)}
-        env.pop("DELEGATE_BUS", None)
-        job_id = subprocess.run(
-            [exe, "register"], env=env, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        subprocess.run(
-            [exe, "publish", "--job", job_id, "--event", "started"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            check=True,
-        )
+        env = bench_env(home)
+        job_id = started_job(env)
         publish = [
             exe,
             "publish",

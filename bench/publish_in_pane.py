@@ -7,13 +7,11 @@ file. Target (issue 3): median <= 60 ms.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import tempfile
-import uuid
 from pathlib import Path
 
-from _common import delegate_exe, emit, precompile, summary_ms, temp_home
+from _common import bench_env, delegate_exe, emit, precompile, private_tmux, summary_ms, temp_home
 
 SCRIPT = """
 for i in $(seq 1 {n}); do
@@ -30,33 +28,28 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=50)
     args = parser.parse_args()
     precompile()
-    socket = f"dlgbench-{uuid.uuid4().hex[:8]}"
-    try:
-        with temp_home() as home, tempfile.TemporaryDirectory() as work:
-            out = Path(work) / "durations"
-            env = {**os.environ, "DELEGATE_HOME": str(home), "DELEGATE_TMUX_SOCKET": socket}
-            env.pop("DELEGATE_BUS", None)
-            run = subprocess.run(
-                [
-                    delegate_exe(),
-                    "submit",
-                    "--agent",
-                    "shell",
-                    "--workdir",
-                    work,
-                    "--wait",
-                    "--prompt",
-                    SCRIPT.format(n=args.n, out=out),
-                ],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-            assert run.returncode == 0, run.stderr
-            seconds = [int(line) / 1e9 for line in out.read_text().split()]
-    finally:
-        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
+    with private_tmux() as socket, temp_home() as home, tempfile.TemporaryDirectory() as work:
+        out = Path(work) / "durations"
+        env = bench_env(home, DELEGATE_TMUX_SOCKET=socket)
+        run = subprocess.run(
+            [
+                delegate_exe(),
+                "submit",
+                "--agent",
+                "shell",
+                "--workdir",
+                work,
+                "--wait",
+                "--prompt",
+                SCRIPT.format(n=args.n, out=out),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert run.returncode == 0, run.stderr
+        seconds = [int(line) / 1e9 for line in out.read_text().split()]
     result = {
         "benchmark": "delegate publish from inside a running job's tmux pane",
         "target_p50_ms": 60,

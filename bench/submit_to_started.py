@@ -7,13 +7,11 @@ Covers CLI start-up, registering, subscribing, starting tmux, the wrapper's star
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import tempfile
 import time
-import uuid
 
-from _common import delegate_exe, emit, precompile, summary_ms, temp_home
+from _common import bench_env, delegate_exe, emit, precompile, private_tmux, summary_ms, temp_home
 
 
 def main() -> None:
@@ -21,40 +19,35 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=25)
     args = parser.parse_args()
     precompile()
-    socket = f"dlgbench-{uuid.uuid4().hex[:8]}"
     samples, totals = [], []
-    try:
-        with temp_home() as home, tempfile.TemporaryDirectory() as work:
-            env = {**os.environ, "DELEGATE_HOME": str(home), "DELEGATE_TMUX_SOCKET": socket}
-            env.pop("DELEGATE_BUS", None)
-            for _ in range(args.n):
-                started = time.perf_counter()
-                proc = subprocess.Popen(
-                    [
-                        delegate_exe(),
-                        "submit",
-                        "--cmd",
-                        "true",
-                        "--prompt",
-                        "x",
-                        "--workdir",
-                        work,
-                        "--wait",
-                    ],
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
-                    text=True,
-                )
-                assert proc.stdout is not None
-                first = proc.stdout.readline()
-                samples.append(time.perf_counter() - started)
-                assert '"started"' in first, first
-                proc.communicate(timeout=60)
-                totals.append(time.perf_counter() - started)
-                assert proc.returncode == 0
-    finally:
-        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
+    with private_tmux() as socket, temp_home() as home, tempfile.TemporaryDirectory() as work:
+        env = bench_env(home, DELEGATE_TMUX_SOCKET=socket)
+        for _ in range(args.n):
+            started = time.perf_counter()
+            proc = subprocess.Popen(
+                [
+                    delegate_exe(),
+                    "submit",
+                    "--cmd",
+                    "true",
+                    "--prompt",
+                    "x",
+                    "--workdir",
+                    work,
+                    "--wait",
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            assert proc.stdout is not None
+            first = proc.stdout.readline()
+            samples.append(time.perf_counter() - started)
+            assert '"started"' in first, first
+            proc.communicate(timeout=60)
+            totals.append(time.perf_counter() - started)
+            assert proc.returncode == 0
     result = {
         "benchmark": "delegate submit --wait until the started event is printed",
         "target_p50_ms": 300,

@@ -9,7 +9,7 @@ from typing import Any
 from ..bus import open_bus
 from ..errors import DelegateError
 from ..model import JobState
-from .state import State, strip_password
+from .state import State, strip_credentials
 
 OK = "ok"
 WARN = "warn"
@@ -80,7 +80,7 @@ def run_checks(state: State) -> list[Check]:
 
 def bus_checks(state: State) -> list[Check]:
     """Can the bus be reached? For a broker: is it up, does TLS verify, are we let in."""
-    url = strip_password(state.default_bus_url())
+    url = strip_credentials(state.default_bus_url())
     mqtt = url.startswith(("mqtt://", "mqtts://"))
     try:
         bus = open_bus(state.default_bus_url(), env=state.env)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import UsageError
 from ..model import Job, JobState
-from .state import State, strip_password
+from .state import State, strip_credentials
 
 DEFAULT_WALL_TIMEOUT_S = 3600.0
 DEFAULT_IDLE_TIMEOUT_S = 600.0
@@ -33,7 +33,7 @@ def register_job(
     """Create a pending job (or return the one an idempotency key already made)."""
     if idempotency_key is not None and not idempotency_key.strip():
         raise UsageError("the idempotency key is empty")
-    url = strip_password(state.default_bus_url(bus_url))
+    url = strip_credentials(state.default_bus_url(bus_url))
     return state.registry.register(
         agent=agent,
         command=command,

@@ -14,7 +14,7 @@ from ..model import Job
 from ..registry import Registry
 
 
-def strip_password(url: str) -> str:
+def strip_credentials(url: str) -> str:
     """The URL without its user info, for storing in records and showing in logs.
 
     Who connects is a fact of the side that runs (the delegator, an agent), so the job record
