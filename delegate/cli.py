@@ -121,10 +121,14 @@ def publish(
 def watch(
     job_id: JobIdArg,
     wall_timeout: Annotated[
-        float | None, typer.Option("--wall-timeout", help="Override the job's wall budget (s).")
+        float | None,
+        typer.Option("--wall-timeout", help="Stop watching after S seconds (the job goes on)."),
     ] = None,
     idle_timeout: Annotated[
-        float | None, typer.Option("--idle-timeout", help="Override the job's idle limit (s).")
+        float | None,
+        typer.Option(
+            "--idle-timeout", help="Stop watching after S silent seconds (the job goes on)."
+        ),
     ] = None,
     ready_file: Annotated[
         Path | None,
@@ -133,7 +137,8 @@ def watch(
 ) -> int:
     """Follow a job's events: one JSON line per accepted event.
 
-    Exit status: 0 completed, 1 error, 2 timed out, 3 cancelled.
+    Exit status from the job's final state: 0 completed, 1 error, 2 timed out, 3 cancelled;
+    also 2 when this watch gave up (--wall-timeout/--idle-timeout) before the job ended.
     Example: delegate watch 1a2b3c4d --idle-timeout 300
     """
     from .services.watch import watch_job
@@ -231,11 +236,13 @@ def cancel(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
     """
     from .services.submit import cancel as cancel_job
 
-    job = cancel_job(_state(), job_id)
+    result = cancel_job(_state(), job_id)
+    if result.session_note is not None:
+        print(f"delegate: {result.session_note}", file=sys.stderr)
     if as_json:
-        _print_json(job.public_dict())
+        _print_json({**result.job.public_dict(), "session_note": result.session_note})
     else:
-        print(f"{job.job_id} cancelled")
+        print(f"{result.job.job_id} cancelled")
     return 0
 
 
@@ -295,6 +302,20 @@ def submit(
         ),
     ] = None,
     idempotency_key: IdempotencyOpt = None,
+    max_running: Annotated[
+        int | None,
+        typer.Option(
+            "--max-running", help="Start only while fewer than N jobs run; else wait queued."
+        ),
+    ] = None,
+    on_event: Annotated[
+        str | None,
+        typer.Option(
+            "--on-event",
+            help="Run CMD (split into words, never by a shell) with the event JSON on stdin"
+            " for permission_required, completed and error.",
+        ),
+    ] = None,
     from_file: Annotated[
         Path | None,
         typer.Option("--from-file", help="Read these settings from a TOML file (flags win)."),
@@ -323,6 +344,8 @@ def submit(
         bus=bus,
         wait=wait,
         idempotency_key=idempotency_key,
+        max_running=max_running,
+        on_event=on_event,
     )
     text = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=sys.stdin)
     request = SubmitRequest(
@@ -335,9 +358,17 @@ def submit(
         idle_timeout_s=settings["idle_timeout"],
         bus_url=settings["bus"],
         idempotency_key=settings["idempotency_key"],
+        max_running=settings["max_running"],
+        on_event=settings["on_event"],
     )
     waiting = bool(settings["wait"])
     result = submit_job(_state(), request, wait=waiting, emit=_print_json)
+    if result.queue_position is not None:
+        print(
+            f"job {result.job.job_id} queued at position {result.queue_position}:"
+            " it starts when a slot under max_running frees",
+            file=sys.stderr,
+        )
     if result.outcome is not None:
         print(f"audit log: {_state().audit.events_path(result.job.job_id)}", file=sys.stderr)
         return result.outcome.exit_code
@@ -349,25 +380,36 @@ def submit(
 
 
 @app.command()
-def ps(as_json: JsonOpt = False) -> int:
-    """Jobs and their tmux sessions side by side.
+def ps(
+    show_all: Annotated[bool, typer.Option("--all", help="Every job in the history.")] = False,
+    limit: Annotated[
+        int, typer.Option("--limit", help="How many recently finished jobs to show.")
+    ] = 10,
+    as_json: JsonOpt = False,
+) -> int:
+    """Open jobs (queued, pending, running) and the most recently finished, with their sessions.
 
-    Example: delegate ps --json
+    Example: delegate ps --limit 20 --json
     """
     from .services.ps import human_age, rows
 
-    found = rows(_state())
+    if limit < 0:
+        raise typer.BadParameter("--limit must be zero or more")
+    listing = rows(_state(), show_all=show_all, limit=limit)
+    if listing.tmux_note:
+        print(f"delegate: {listing.tmux_note}", file=sys.stderr)
     if as_json:
-        for row in found:
+        for row in listing.rows:
             _print_json(row.to_dict())
         return 0
     _table(
         None,
-        ["JOB", "STATE", "SESSION", "SESSION STATE", "TMUX", "AGENT", "AGE", "LAST EVENT"],
+        ["JOB", "STATE", "QUEUE", "SESSION", "SESSION STATE", "TMUX", "AGENT", "AGE", "LAST EVENT"],
         [
             [
                 r.job_id,
                 r.job_state,
+                "" if r.queue_position is None else str(r.queue_position),
                 r.session,
                 r.session_state,
                 r.tmux,
@@ -375,10 +417,48 @@ def ps(as_json: JsonOpt = False) -> int:
                 human_age(r.age_s),
                 r.last_event,
             ]
-            for r in found
+            for r in listing.rows
         ],
     )
     return 0
+
+
+@app.command()
+def monitor(
+    once: Annotated[bool, typer.Option("--once", help="Make one pass and exit.")] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", help="Seconds between passes (sooner when due).")
+    ] = 5.0,
+    reap_orphans: Annotated[
+        bool,
+        typer.Option("--reap-orphans", help="Kill toolkit sessions no record knows."),
+    ] = False,
+    keep_finished: Annotated[
+        float,
+        typer.Option("--keep-finished", help="Seconds a finished session is kept for a look."),
+    ] = 600.0,
+    as_json: JsonOpt = False,
+) -> int:
+    """Keep jobs and sessions true: apply every job's events, fail jobs whose agent, wrapper or
+    tmux died or whose deadline passed, launch queued jobs, clean up finished sessions.
+
+    One line per action on stdout (JSON with --json). SIGTERM stops it with exit 0.
+    Example: delegate monitor --interval 5 --json
+    """
+    from .reconcile import Settings
+    from .services.monitor import run_monitor
+
+    if keep_finished < 0:
+        raise typer.BadParameter("--keep-finished must be zero or more seconds")
+
+    def report(done: Any) -> None:
+        if as_json:
+            _print_json(done.to_dict())
+        else:
+            print(done.sentence(), flush=True)
+
+    settings = Settings(keep_finished_s=keep_finished, reap_orphans=reap_orphans)
+    return run_monitor(_state(), once=once, interval_s=interval, settings=settings, report=report)
 
 
 @app.command()

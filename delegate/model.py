@@ -27,6 +27,8 @@ def validate_job_id(job_id: object) -> str:
 
 
 class JobState(StrEnum):
+    # queued: a pending job with its launch spec that waits for a free slot under the cap
+    QUEUED = "queued"
     PENDING = "pending"
     RUNNING = "running"
     COMPLETED = "completed"
@@ -39,8 +41,10 @@ class JobState(StrEnum):
 
 
 TERMINAL_JOB_STATES = frozenset({JobState.COMPLETED, JobState.ERROR, JobState.CANCELLED})
+OPEN_JOB_STATES = frozenset({JobState.QUEUED, JobState.PENDING, JobState.RUNNING})
 
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.QUEUED: frozenset({JobState.PENDING, JobState.ERROR, JobState.CANCELLED}),
     JobState.PENDING: frozenset({JobState.RUNNING, JobState.ERROR, JobState.CANCELLED}),
     JobState.RUNNING: frozenset({JobState.COMPLETED, JobState.ERROR, JobState.CANCELLED}),
     JobState.COMPLETED: frozenset(),
@@ -109,12 +113,27 @@ class Job(NamedTuple):
     schema_version: int = RECORD_SCHEMA_VERSION
     # How the wrapper starts the agent: argv, prompt ("stdin"/"file"), prompt_path, clean_exit.
     launch: dict[str, Any] = {}  # noqa: RUF012 - never mutated; replaced as a whole
+    # Reconciliation facts: when the job started and last spoke (record times), and the tmux
+    # server its session lives on (a socket path), so every caller computes the same deadlines
+    # and asks the right server.
+    started_at: str | None = None
+    last_event_at: str | None = None
+    tmux_socket: str | None = None
+    # Its own concurrency cap (`submit --max-running N`): it starts only while fewer than N run.
+    max_running: int | None = None
+    # A notifier argv (`submit --on-event CMD`) run with each notified event's JSON on stdin.
+    notify: list[str] | None = None
+    # Who is launching it (pid and process start time), so a crash between register and launch
+    # can be told from a launch still under way.
+    launcher: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._asdict()
         data["status"] = self.status.value
         data["bus"] = dict(self.bus)
         data["launch"] = dict(self.launch)
+        if self.notify is not None:
+            data["notify"] = list(self.notify)
         return data
 
     def public_dict(self) -> dict[str, Any]:
@@ -158,6 +177,8 @@ def publish_refusal(job: Job, event: EventType) -> str | None:
     """
     if job.status.terminal:
         return f"the job is already {job.status.value}"
+    if job.status is JobState.QUEUED:
+        return "the job is queued and has not been launched"
     if event is EventType.STARTED:
         return None if job.last_seq == 0 else "the job has already started"
     if job.status is JobState.PENDING and event is not EventType.ERROR:

@@ -8,6 +8,14 @@ Built in: `shell` (the prompt is a bash script), `claude`, `codex`. More come fr
     prompt = "file"            # or "stdin"
     clean_exit = "completed"   # or "error": what exit status 0 without a report means
     preamble = true            # prepend the reporting instructions (skills/delegate-job)
+    max_running = 2            # at most this many jobs of this profile run at once
+
+A table holding only `max_running` caps a built-in profile (`[profiles.claude]`). A top-level
+`max_running = N` caps all jobs, and `[notify]` names a notifier:
+
+    [notify]
+    command = ["notify-send", "delegate"]                  # argv; the event JSON on stdin
+    events = ["permission_required", "completed", "error"] # the default
 
 Placeholders `{prompt_file}`, `{workdir}` and `{job_id}` are replaced inside argument-vector
 elements; nothing is ever run through a shell except a `--cmd` the user wrote as shell text.
@@ -20,14 +28,18 @@ import shlex
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from .reconcile import Caps
 
 CONFIG_ENV = "DELEGATE_CONFIG"
 PROMPT_MODES = ("stdin", "file")
 CLEAN_EXIT = ("completed", "error")
 PLACEHOLDERS = ("prompt_file", "workdir", "job_id")
+NOTIFY_EVENTS_DEFAULT = ("permission_required", "completed", "error")
 
 
 class Profile(NamedTuple):
@@ -83,9 +95,12 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
     where = f"{source} [profiles.{name}]"
     if not isinstance(table, dict):
         raise ConfigError(f"{where} must be a table")
-    unknown = table.keys() - {"command", "prompt", "clean_exit", "preamble"}
+    unknown = table.keys() - {"command", "prompt", "clean_exit", "preamble", "max_running"}
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    _cap(table.get("max_running"), where)
+    if table.keys() <= {"max_running"} and name in BUILTIN:
+        return BUILTIN[name]  # a cap on a built-in profile, nothing else changed
     command = table.get("command")
     if isinstance(command, str):
         command = shlex.split(command)  # split like a shell would, but never run by one
@@ -101,6 +116,50 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
     if not isinstance(preamble, bool):
         raise ConfigError(f"{where}: preamble must be true or false")
     return Profile(name, tuple(command), prompt, clean_exit, preamble)
+
+
+def _cap(value: object, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: max_running must be a positive integer")
+    return value
+
+
+def max_running_caps(config: Mapping[str, Any]) -> Caps:
+    """The concurrency caps of delegate.toml: `max_running` at the top and per profile."""
+    from .reconcile import Caps
+
+    per_agent = {}
+    tables = config.get("profiles", {})
+    if isinstance(tables, dict):
+        for name, table in tables.items():
+            if isinstance(table, dict):
+                cap = _cap(table.get("max_running"), f"[profiles.{name}]")
+                if cap is not None:
+                    per_agent[name] = cap
+    return Caps(total=_cap(config.get("max_running"), "delegate.toml"), per_agent=per_agent)
+
+
+def notifier(config: Mapping[str, Any], source: Path) -> tuple[list[str], tuple[str, ...]] | None:
+    """`[notify]`: the notifier argv and the events it hears, or None when there is none."""
+    table = config.get("notify")
+    if table is None:
+        return None
+    where = f"{source} [notify]"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table")
+    unknown = table.keys() - {"command", "events"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    command = table.get("command")
+    if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
+        raise ConfigError(f"{where}: command must be a non-empty list of strings (an argv)")
+    events = table.get("events", list(NOTIFY_EVENTS_DEFAULT))
+    known = ("started", "progress", "permission_required", "completed", "error")
+    if not isinstance(events, list) or not all(e in known for e in events):
+        raise ConfigError(f"{where}: events must be a list of {', '.join(known)}")
+    return list(command), tuple(events)
 
 
 def profiles(config: Mapping[str, Any], source: Path) -> dict[str, Profile]:

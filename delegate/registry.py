@@ -4,6 +4,9 @@ Layout inside the registry folder:
   <job_id>.json         the record (0600), rewritten atomically
   .lock                 the registry lock (flock)
   pending/<job_id>      an empty marker per pending job, so `pick` never scans all history
+  open/<job_id>         an empty marker per open job (queued, pending, running): what the
+                        monitor, the supervisors and `ps` read instead of the whole history
+  finished.log          one job id per line, appended as each job ends: the recent ones for `ps`
   keys/<sha256>         idempotency key -> job id
   quarantine/           records that did not parse, moved aside and never rewritten
 
@@ -24,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from ._logging import get_logger
-from .errors import CorruptRecord, DelegateError, JobNotFound, PublishRefused
+from .errors import CorruptRecord, DelegateError, IllegalTransition, JobNotFound, PublishRefused
 from .fsio import FileLock, atomic_write, ensure_private_dir, fsync_dir
 from .model import (
     EVENT_TARGET_STATE,
+    OPEN_JOB_STATES,
     EventType,
     Job,
     JobState,
@@ -40,12 +44,21 @@ from .model import (
 log = get_logger(__name__)
 
 OnChange = Callable[[Job, "JobState | None"], None]
+FINISHED_LOG = "finished.log"
+# A non-state event refreshes `last_event_at` only when the stored value is older than this:
+# idle limits are seconds to minutes, and every progress line need not rewrite the record.
+LAST_EVENT_RESOLUTION_S = 1.0
 
 
 def record_timestamp(now: datetime | None = None) -> str:
     """Record times: ISO-8601 UTC with microseconds, so records sort by creation."""
     now = now or datetime.now(UTC)
     return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_timestamp(text: str) -> datetime:
+    """The inverse of `record_timestamp` (an aware UTC datetime)."""
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
 class Registry:
@@ -63,6 +76,9 @@ class Registry:
         self._lock = FileLock(root / ".lock", lock_timeout_s)
         ensure_private_dir(root)
         self.pending_dir = ensure_private_dir(root / "pending")
+        self.open_dir = root / "open"
+        if not self.open_dir.is_dir():
+            self._build_open_index()
         self.keys_dir = ensure_private_dir(root / "keys")
         self.quarantine_dir = root / "quarantine"
 
@@ -120,6 +136,30 @@ class Registry:
             marker.unlink(missing_ok=True)
         fsync_dir(self.pending_dir)
 
+    def _set_open_marker(self, job_id: str, present: bool) -> None:
+        marker = self.open_dir / job_id
+        if present:
+            marker.touch(mode=0o600)
+        else:
+            marker.unlink(missing_ok=True)
+        fsync_dir(self.open_dir)
+
+    def _build_open_index(self) -> None:
+        """Create `open/` from the records once (a state dir from before the index existed)."""
+        with self.locked():
+            if self.open_dir.is_dir():
+                return
+            staging = ensure_private_dir(self.root / ".open.new")
+            for path in self.root.glob("*.json"):
+                try:
+                    job = self._load(path.stem, quarantine=False)
+                except DelegateError:
+                    continue
+                if job.status in OPEN_JOB_STATES:
+                    (staging / job.job_id).touch(mode=0o600)
+            os.replace(staging, self.open_dir)
+            fsync_dir(self.root)
+
     def _get_locked(self, job_id: str) -> Job:
         return self._load(job_id, quarantine=True)
 
@@ -146,6 +186,67 @@ class Registry:
             if status is None or job.status is status:
                 jobs.append(job)
         jobs.sort(key=lambda j: (j.created_at, j.job_id))
+        return jobs
+
+    def open_jobs(self) -> builtins.list[Job]:
+        """Queued, pending and running jobs, oldest first, from the open index only.
+
+        A marker left by a crash (its record already ended, or gone) is dropped here.
+        """
+        jobs = []
+        for marker in self.open_dir.iterdir():
+            try:
+                job = self.get(marker.name)
+            except JobNotFound:
+                marker.unlink(missing_ok=True)
+                continue
+            except DelegateError:
+                continue  # not a job id, or quarantined and logged by get()
+            if job.status in OPEN_JOB_STATES:
+                jobs.append(job)
+            else:
+                marker.unlink(missing_ok=True)
+        jobs.sort(key=lambda j: (j.created_at, j.job_id))
+        return jobs
+
+    def _open_locked(self) -> builtins.list[Job]:
+        jobs = []
+        for marker in self.open_dir.iterdir():
+            try:
+                job = self._get_locked(marker.name)
+            except DelegateError:
+                continue
+            if job.status in OPEN_JOB_STATES:
+                jobs.append(job)
+        return jobs
+
+    def recent_finished(self, limit: int) -> builtins.list[Job]:
+        """The `limit` jobs that ended last, newest first, from the tail of finished.log."""
+        if limit <= 0:
+            return []
+        path = self.root / FINISHED_LOG
+        want = limit * 9 + 9
+        try:
+            with path.open("rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                size = handle.tell()
+                handle.seek(max(0, size - want * 2))
+                tail = handle.read().split(b"\n")
+        except FileNotFoundError:
+            return []
+        seen: set[str] = set()
+        jobs: builtins.list[Job] = []
+        for raw in reversed(tail):
+            job_id = raw.decode("ascii", "replace").strip()
+            if job_id in seen:
+                continue
+            seen.add(job_id)
+            try:
+                jobs.append(self.get(job_id))
+            except DelegateError:
+                continue
+            if len(jobs) >= limit:
+                break
         return jobs
 
     def quarantined(self) -> builtins.list[Path]:
@@ -215,6 +316,7 @@ class Registry:
                 idempotency_key=idempotency_key,
                 launch=dict(launch or {}),
             )
+            self._set_open_marker(job_id, True)
             self._set_pending_marker(job_id, True)
             return self._save(job, None), True
 
@@ -226,13 +328,27 @@ class Registry:
             return self._move(job, target, reason)
 
     def _move(self, job: Job, target: JobState, reason: str | None) -> Job:
+        """Change state under the lock, keeping the indexes true: a marker is added before the
+        record says so and removed after, so a crash leaves at worst a stale marker, which the
+        readers of the index drop."""
         previous = job.status
         job = job._replace(status=target)
         if target is JobState.ERROR:
             job = job._replace(error=reason or "error")
+        if target is JobState.RUNNING and job.started_at is None:
+            job = job._replace(started_at=record_timestamp(self._now()))
+        if target is JobState.PENDING:
+            self._set_pending_marker(job.job_id, True)
         job = self._save(job, previous)
-        if previous is JobState.PENDING:
+        if previous is JobState.PENDING and target is not JobState.PENDING:
             self._set_pending_marker(job.job_id, False)
+        if target.terminal:
+            self._set_open_marker(job.job_id, False)
+            fd = os.open(self.root / FINISHED_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, f"{job.job_id}\n".encode("ascii"))
+            finally:
+                os.close(fd)
         return job
 
     def finish_if_open(self, job_id: str, target: JobState, *, reason: str) -> tuple[Job, bool]:
@@ -256,18 +372,35 @@ class Registry:
         passes through running, so both moves are legal and recorded.
         """
         target = EVENT_TARGET_STATE.get(event)
-        if target is None:  # progress, permission_required: nothing to apply, no lock to wait on
-            return self.get(job_id), False
+        if target is None:  # progress, permission_required: only the idle clock moves
+            job = self.get(job_id)
+            if job.status.terminal or not self._stale_last_event(job):
+                return job, False
+            with self.locked():
+                job = self._get_locked(job_id)
+                if job.status.terminal:
+                    return job, False
+                stamp = record_timestamp(self._now())
+                return self._save(job._replace(last_event_at=stamp), job.status), False
         with self.locked():
             job = self._get_locked(job_id)
             if job.status is target or job.status.terminal:
                 return job, False
+            job = job._replace(last_event_at=record_timestamp(self._now()))
+            if job.status is JobState.QUEUED:
+                job = self._move(job, JobState.PENDING, None)
             if not is_legal_transition(job.status, target):
                 job = self._move(job, JobState.RUNNING, None)
             reason = None
             if target is JobState.ERROR:
                 reason = f"agent_error: {detail}" if detail else "agent_error"
             return self._move(job, target, reason), True
+
+    def _stale_last_event(self, job: Job) -> bool:
+        if job.last_event_at is None:
+            return True
+        age = (self._now() - parse_timestamp(job.last_event_at)).total_seconds()
+        return age >= LAST_EVENT_RESOLUTION_S
 
     def next_seq(self, job_id: str, event: EventType) -> tuple[Job, int]:
         """Allocate the next seq for `event` and store it as `last_seq`.
@@ -280,7 +413,10 @@ class Registry:
             refusal = publish_refusal(job, event)
             if refusal:
                 raise PublishRefused(job_id, refusal)
-            job = self._save(job._replace(last_seq=job.last_seq + 1), job.status)
+            stamp = record_timestamp(self._now())
+            job = self._save(
+                job._replace(last_seq=job.last_seq + 1, last_event_at=stamp), job.status
+            )
             return job, job.last_seq
 
     def pick(self, agent_session: str) -> Job | None:
@@ -313,6 +449,51 @@ class Registry:
             if unknown:
                 raise ValueError(f"job records have no field {', '.join(sorted(unknown))}")
             return self._save(job._replace(**changes), job.status)
+
+    def admit(
+        self,
+        job_id: str,
+        launch: dict[str, Any],
+        may_start: Callable[[Job, builtins.list[Job]], bool],
+        launcher: dict[str, Any] | None = None,
+    ) -> Job:
+        """Give a pending job its launch spec and decide, under the lock, whether it may start
+        now (it stays pending, claimed by `launcher`) or waits for a slot (queued).
+
+        `may_start(job, open_jobs)` is the cap policy; deciding under the lock is what keeps two
+        submits from both taking the last slot.
+        """
+        with self.locked():
+            job = self._get_locked(job_id)
+            if job.status is not JobState.PENDING:
+                raise IllegalTransition(job_id, job.status.value, JobState.QUEUED.value)
+            job = job._replace(launch=dict(launch), launcher=launcher)
+            others = [j for j in self._open_locked() if j.job_id != job_id]
+            if may_start(job, others):
+                return self._save(job, job.status)
+            return self._move(job._replace(launcher=None), JobState.QUEUED, None)
+
+    def claim_launch(
+        self,
+        job_id: str,
+        launcher: dict[str, Any],
+        *,
+        expected_launcher: dict[str, Any] | None,
+        may_start: Callable[[Job, builtins.list[Job]], bool],
+    ) -> Job | None:
+        """Claim the launch of a queued job (when a slot is free) or of a pending job whose
+        launcher is still `expected_launcher` (it died); return the job, or None when someone
+        else claimed it first or no slot is free. Two monitors never launch the same job."""
+        with self.locked():
+            job = self._get_locked(job_id)
+            if job.status is JobState.QUEUED:
+                others = [j for j in self._open_locked() if j.job_id != job_id]
+                if not may_start(job, others):
+                    return None
+                return self._move(job._replace(launcher=launcher), JobState.PENDING, None)
+            if job.status is JobState.PENDING and job.launcher == expected_launcher:
+                return self._save(job._replace(launcher=launcher), job.status)
+            return None
 
     def cancel(self, job_id: str) -> Job:
         return self.transition(job_id, JobState.CANCELLED)

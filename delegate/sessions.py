@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     workdir TEXT,
     pane_pid INTEGER,
     created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL
+    updated_at TEXT NOT NULL,
+    socket TEXT
 );
 CREATE TABLE IF NOT EXISTS session_history (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -41,8 +42,14 @@ CREATE TABLE IF NOT EXISTS session_history (
     at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS session_history_by_name ON session_history (name, id);
+CREATE INDEX IF NOT EXISTS session_history_by_job ON session_history (job_id, id);
+CREATE INDEX IF NOT EXISTS sessions_by_state ON sessions (state);
 """
-SCHEMA_VERSION = 1
+# Version 2 added `socket` (the tmux server the session lives on) and the indexes by state/job.
+SCHEMA_VERSION = 2
+_COLUMNS = "name, state, job_id, agent, workdir, pane_pid, created_at, updated_at, socket"
+# Rows a monitor pass looks at: the session may still exist in tmux, or is kept on purpose.
+LIVE_STATES = ("running", "stopped", "archived")
 
 # Which session changes make sense; terminated and archived close the record for good.
 SESSION_TRANSITIONS: dict[SessionState, frozenset[SessionState]] = {
@@ -70,6 +77,7 @@ class Session(NamedTuple):
     pane_pid: int | None
     created_at: str
     updated_at: str
+    socket: str | None = None
 
 
 class HistoryEntry(NamedTuple):
@@ -92,10 +100,19 @@ class SessionInventory:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE))
         try:
             with self._connect() as conn:
-                if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                if version != SCHEMA_VERSION:
                     conn.execute("PRAGMA journal_mode = WAL")
-                    conn.executescript(_SCHEMA)
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    conn.execute("BEGIN IMMEDIATE")
+                    version = conn.execute("PRAGMA user_version").fetchone()[0]
+                    if version == 1:
+                        conn.execute("ALTER TABLE sessions ADD COLUMN socket TEXT")
+                    if version != SCHEMA_VERSION:
+                        for statement in _SCHEMA.split(";"):
+                            if statement.strip():
+                                conn.execute(statement)
+                        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise SessionError(f"cannot open the session inventory {path}: {exc}") from None
 
@@ -121,7 +138,7 @@ class SessionInventory:
 
     @staticmethod
     def _row(row: tuple[object, ...]) -> Session:
-        name, state, job_id, agent, workdir, pane_pid, created, updated = row
+        name, state, job_id, agent, workdir, pane_pid, created, updated, socket = row
         return Session(
             str(name),
             SessionState(str(state)),
@@ -131,6 +148,7 @@ class SessionInventory:
             None if pane_pid is None else int(str(pane_pid)),
             str(created),
             str(updated),
+            None if socket is None else str(socket),
         )
 
     def record_start(
@@ -141,28 +159,49 @@ class SessionInventory:
         agent: str | None,
         workdir: str | None,
         pane_pid: int | None,
+        socket: str | None = None,
         reason: str = "started",
     ) -> Session:
-        """A session starts running a job (a new session, or one that hosted jobs before)."""
+        """A session starts running a job (a new session, or one that hosted jobs before).
+
+        Raises SessionError while the session runs another job; the same job may be recorded
+        again (a launch that a crash interrupted is retried).
+        """
         now = _now()
         with self._write() as conn:
-            old = conn.execute("SELECT state FROM sessions WHERE name = ?", (name,)).fetchone()
-            if old is not None and old[0] == SessionState.RUNNING.value:
-                raise SessionError(f"session {name} is already running a job")
+            old = conn.execute(
+                "SELECT state, job_id FROM sessions WHERE name = ?", (name,)
+            ).fetchone()
+            if old is not None and old[0] == SessionState.RUNNING.value and old[1] != job_id:
+                raise SessionError(f"session {name} is already running job {old[1]}")
             conn.execute(
                 "INSERT INTO sessions (name, state, job_id, agent, workdir, pane_pid, created_at,"
-                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET"
-                " state = excluded.state, job_id = excluded.job_id, agent = excluded.agent,"
-                " workdir = excluded.workdir, pane_pid = excluded.pane_pid,"
-                " updated_at = excluded.updated_at",
-                (name, SessionState.RUNNING.value, job_id, agent, workdir, pane_pid, now, now),
+                " updated_at, socket) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO"
+                " UPDATE SET state = excluded.state, job_id = excluded.job_id,"
+                " agent = excluded.agent, workdir = excluded.workdir,"
+                " pane_pid = excluded.pane_pid, updated_at = excluded.updated_at,"
+                " socket = excluded.socket",
+                (
+                    name,
+                    SessionState.RUNNING.value,
+                    job_id,
+                    agent,
+                    workdir,
+                    pane_pid,
+                    now,
+                    now,
+                    socket,
+                ),
             )
             conn.execute(
                 "INSERT INTO session_history (name, job_id, previous, state, reason, at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 (name, job_id, old[0] if old else None, SessionState.RUNNING.value, reason, now),
             )
-            row = conn.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM sessions WHERE name = ?",
+                (name,),
+            ).fetchone()
         return self._row(row)
 
     def set_pane_pid(self, name: str, pane_pid: int) -> None:
@@ -172,15 +211,29 @@ class SessionInventory:
                 (pane_pid, _now(), name),
             )
 
-    def set_state(self, name: str, state: SessionState, *, reason: str) -> tuple[Session, bool]:
+    def set_state(
+        self,
+        name: str,
+        state: SessionState,
+        *,
+        reason: str,
+        job_id: str | None = None,
+    ) -> tuple[Session, bool]:
         """Move a session to `state`; return (session, changed). Idempotent for the same state;
-        a move the table does not allow (out of terminated, say) changes nothing."""
+        a move the table does not allow (out of terminated, say) changes nothing, and so does a
+        move meant for `job_id` once the session hosts another job. The move is decided inside
+        one transaction, so of two callers exactly one sees changed=True."""
         now = _now()
         with self._write() as conn:
-            row = conn.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM sessions WHERE name = ?",
+                (name,),
+            ).fetchone()
             if row is None:
                 raise SessionError(f"no session {name} in the inventory")
             current = self._row(row)
+            if job_id is not None and current.job_id != job_id:
+                return current, False
             if current.state is state or state not in SESSION_TRANSITIONS[current.state]:
                 return current, False
             conn.execute(
@@ -196,13 +249,17 @@ class SessionInventory:
 
     def get(self, name: str) -> Session | None:
         with self._connect() as conn:
-            row = conn.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM sessions WHERE name = ?",
+                (name,),
+            ).fetchone()
         return None if row is None else self._row(row)
 
     def for_job(self, job_id: str) -> Session | None:
+        prefixed = ", ".join(f"s.{c.strip()}" for c in _COLUMNS.split(","))
         with self._connect() as conn:
             row = conn.execute(
-                "SELECT s.* FROM sessions s JOIN session_history h ON h.name = s.name"
+                f"SELECT {prefixed} FROM sessions s JOIN session_history h ON h.name = s.name"
                 " WHERE h.job_id = ? ORDER BY h.id DESC LIMIT 1",
                 (job_id,),
             ).fetchone()
@@ -210,8 +267,32 @@ class SessionInventory:
 
     def list(self) -> list[Session]:
         with self._connect() as conn:
-            rows = conn.execute("SELECT * FROM sessions ORDER BY created_at, name").fetchall()
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM sessions ORDER BY created_at, name"
+            ).fetchall()
         return [self._row(r) for r in rows]
+
+    def live(self) -> builtins.list[Session]:
+        """Rows whose tmux session may still exist (running, stopped) or is kept (archived):
+        what a reconcile pass needs, without the closed history."""
+        marks = ", ".join("?" for _ in LIVE_STATES)
+        with self._connect() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM sessions WHERE state IN ({marks}) ORDER BY name",
+                LIVE_STATES,
+            ).fetchall()
+        return [self._row(r) for r in rows]
+
+    def by_names(self, names: builtins.list[str]) -> dict[str, Session]:
+        if not names:
+            return {}
+        marks = ", ".join("?" for _ in names)
+        with self._connect() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM sessions WHERE name IN ({marks})",
+                names,
+            ).fetchall()
+        return {r[0]: self._row(r) for r in rows}
 
     def history(self, name: str | None = None) -> builtins.list[HistoryEntry]:
         query = "SELECT name, job_id, previous, state, reason, at FROM session_history"

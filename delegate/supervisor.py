@@ -7,6 +7,7 @@ stdout (logs/<job_id>/subscriber.out) and exits with watch's codes.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m delegate.supervisor JOB_ID --ready-file PATH", file=sys.stderr)
         return 64
     job_id, ready = argv[0], Path(argv[2])
+    from .services.notify import wait_for_notifiers
     from .services.state import State
     from .services.submit import supervise
 
@@ -32,11 +34,16 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         outcome = supervise(
-            State.open(), job_id, emit=emit, on_ready=lambda: atomic_write(ready, b"ready\n")
+            State.open(),
+            job_id,
+            emit=emit,
+            on_ready=lambda: atomic_write(ready, f"{os.getpid()}\n".encode()),
         )
     except DelegateError as exc:
         print(f"delegate: {exc}", file=sys.stderr)
         return exc.exit_code
+    finally:
+        wait_for_notifiers()
     return outcome.exit_code
 
 

@@ -27,14 +27,26 @@ _FIELDS = (
     "pane_pid",
     "pane_dead",
     "pane_dead_status",
+    "pane_dead_signal",
     OWNER_OPTION,
     "session_created",
 )
+# What tmux says when no server listens on the socket (never started, killed, or rebooted away).
+_NO_SERVER = ("no server running", "No such file or directory", "Connection refused")
 _SEP = "\x1f"  # unit separator: cannot appear in a session name we allow
 
 
 class TmuxError(DelegateError):
     exit_code = 69
+
+
+class TmuxUnreachable(TmuxError):
+    """tmux could not be asked at all (binary missing, permission denied): no verdict."""
+
+    def __init__(self, socket: str, reason: str) -> None:
+        self.socket = socket
+        self.reason = reason
+        super().__init__(f"tmux on {socket} could not be asked: {reason}")
 
 
 class Pane(NamedTuple):
@@ -44,6 +56,29 @@ class Pane(NamedTuple):
     dead: bool
     exit_status: int | None
     job_id: str
+    exit_signal: int | None = None
+
+
+class TmuxView(NamedTuple):
+    """What one query of one server saw: its panes, that no server runs there ("gone"), or
+    that tmux could not be asked at all ("unreachable", with the reason)."""
+
+    socket: str
+    status: str  # "ok", "gone" or "unreachable"
+    panes: tuple[Pane, ...] = ()
+    reason: str = ""
+
+
+def socket_path_for(socket: str | None, env: Mapping[str, str] | None = None) -> str:
+    """The absolute path of a tmux socket given as a path, a `-L` name, or None (default).
+
+    Records keep the path, so a monitor started with another environment asks the same server.
+    """
+    if socket and "/" in socket:
+        return os.path.abspath(socket)
+    env = os.environ if env is None else env
+    base = env.get("TMUX_TMPDIR") or "/tmp"  # noqa: S108 - where tmux itself looks
+    return os.path.join(base, f"tmux-{os.getuid()}", socket or "default")
 
 
 def validate_session_name(name: str) -> str:
@@ -53,21 +88,34 @@ def validate_session_name(name: str) -> str:
 
 
 class Tmux:
-    """A tmux server: the default one, or the one on socket `socket_name` (for isolation)."""
+    """A tmux server on one socket: a path, a `-L` name, or the default server (None).
 
-    def __init__(self, socket_name: str | None = None) -> None:
+    Every command names the socket by its absolute path (`socket_path`), which is what job
+    records keep.
+    """
+
+    def __init__(self, socket: str | None = None, env: Mapping[str, str] | None = None) -> None:
         import libtmux  # slow to import; only commands that touch tmux pay for it
 
-        self.socket_name = socket_name
-        self._server = libtmux.Server(socket_name=socket_name) if socket_name else libtmux.Server()
+        self.socket_path = socket_path_for(socket, env)
+        self._server = libtmux.Server(socket_path=self.socket_path)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Tmux:
         env = os.environ if env is None else env
-        return cls(env.get(SOCKET_ENV) or None)
+        return cls(env.get(SOCKET_ENV) or None, env)
+
+    def _cmd(self, *args: str) -> Any:
+        """One tmux call; a missing tmux binary becomes a TmuxUnreachable."""
+        try:
+            return self._server.cmd(*args)
+        except Exception as exc:  # libtmux raises its own TmuxCommandNotFound, or OSError
+            if type(exc).__name__ == "TmuxCommandNotFound" or isinstance(exc, OSError):
+                raise TmuxUnreachable(self.socket_path, "the tmux binary was not found") from None
+            raise
 
     def _run(self, *args: str) -> list[str]:
-        result: Any = self._server.cmd(*args)
+        result: Any = self._cmd(*args)
         if result.returncode != 0:
             message = " ".join(result.stderr).strip() or f"tmux {args[0]} failed"
             raise TmuxError(f"tmux: {message}")
@@ -103,23 +151,27 @@ class Tmux:
     def has_session(self, name: str) -> bool:
         return any(p.session == name for p in self.panes(owned_only=False))
 
-    def panes(self, *, owned_only: bool = True) -> list[Pane]:
-        """Every pane on the server (ours only by default), from one `list-panes -a` query."""
+    def view(self) -> TmuxView:
+        """Every pane on this server from one `list-panes -a` query, or why there are none.
+
+        Never raises for an absent server ("gone") or an unaskable tmux ("unreachable").
+        """
         fmt = _SEP.join(f"#{{{f}}}" for f in _FIELDS)
-        result: Any = self._server.cmd("list-panes", "-a", "-F", fmt)
+        try:
+            result: Any = self._cmd("list-panes", "-a", "-F", fmt)
+        except TmuxUnreachable as exc:
+            return TmuxView(self.socket_path, "unreachable", reason=exc.reason)
         if result.returncode != 0:
-            text = " ".join(result.stderr)
-            if "no server running" in text or "error connecting" in text or "No such file" in text:
-                return []
-            raise TmuxError(f"tmux: {text.strip() or 'list-panes failed'}")
+            text = " ".join(result.stderr).strip()
+            if any(marker in text for marker in _NO_SERVER):
+                return TmuxView(self.socket_path, "gone", reason=text)
+            return TmuxView(self.socket_path, "unreachable", reason=text or "list-panes failed")
         panes = []
         for line in result.stdout:
             parts = line.split(_SEP)
             if len(parts) != len(_FIELDS):
                 continue
-            session, pane_id, pid, dead, status, job_id, _created = parts
-            if owned_only and not job_id:
-                continue
+            session, pane_id, pid, dead, status, signo, job_id, _created = parts
             panes.append(
                 Pane(
                     session=session,
@@ -128,9 +180,20 @@ class Tmux:
                     dead=dead == "1",
                     exit_status=int(status) if status.lstrip("-").isdigit() else None,
                     job_id=job_id,
+                    exit_signal=int(signo) if signo.isdigit() and signo != "0" else None,
                 )
             )
-        return panes
+        return TmuxView(self.socket_path, "ok", tuple(panes))
+
+    def panes(self, *, owned_only: bool = True) -> list[Pane]:
+        """Every pane on the server (ours only by default); none when no server runs.
+
+        Raises TmuxUnreachable when tmux cannot be asked, so no one mistakes that for "gone".
+        """
+        seen = self.view()
+        if seen.status == "unreachable":
+            raise TmuxUnreachable(self.socket_path, seen.reason)
+        return [p for p in seen.panes if p.job_id or not owned_only]
 
     def capture(self, name: str, *, lines: int = 200) -> str:
         out = self._run("capture-pane", "-p", "-J", "-t", f"{name}:", "-S", f"-{lines}")
@@ -142,22 +205,66 @@ class Tmux:
         if enter:
             self._run("send-keys", "-t", f"{name}:", "Enter")
 
-    def kill(self, name: str, *, grace_s: float = 2.0) -> list[int]:
-        """Kill session `name` and every process started in its panes; return the pids killed.
+    def kill(self, name: str, *, job_id: str | None = None, grace_s: float = 2.0) -> list[int]:
+        """Kill session `name` and every process of its job; return the pids signalled.
 
-        The pane's process group gets SIGTERM, then SIGKILL after `grace_s`; descendants that
-        left the group (setsid) are found through /proc and killed too.
+        Live panes' process groups get SIGTERM, then SIGKILL after `grace_s`; their descendants
+        that left the group (setsid) are found through /proc, and so are the processes that
+        carry `DELEGATE_JOB_ID=job_id` (an agent whose wrapper died was reparented away from
+        the pane). A dead pane's pid is never signalled: tmux keeps it, but the number may
+        already belong to an unrelated process.
         """
-        pids = [p.pid for p in self.panes(owned_only=False) if p.session == name and p.pid > 0]
+        pids = [
+            p.pid
+            for p in self.panes(owned_only=False)
+            if p.session == name and p.pid > 0 and not p.dead
+        ]
         victims = set()
         for pid in pids:
             victims.add(pid)
             victims.update(descendants(pid))
+        if job_id is not None:
+            victims.update(processes_of_job(job_id))
+        victims.discard(os.getpid())
         terminate(pids, victims, grace_s=grace_s)
-        result: Any = self._server.cmd("kill-session", "-t", f"={name}")
+        result: Any = self._cmd("kill-session", "-t", f"={name}")
         if result.returncode != 0 and self.has_session(name):
             raise TmuxError(f"tmux: could not kill session {name}: {' '.join(result.stderr)}")
         return sorted(victims)
+
+    def kill_server(self) -> None:
+        self._cmd("kill-server")
+
+
+def processes_of_job(job_id: str) -> set[int]:
+    """Pids whose environment says `DELEGATE_JOB_ID=job_id` (Linux /proc, same user or root).
+
+    Read at kill time, so a reused pid shows its new owner's environment, not this job's.
+    """
+    marker = f"DELEGATE_JOB_ID={job_id}".encode()
+    found = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as handle:
+                environ = handle.read()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            found.add(int(entry.name))
+    return found
+
+
+def process_start(pid: int) -> int | None:
+    """The start time of `pid` (clock ticks since boot), which tells two uses of one pid apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[19]) if len(fields) > 19 else None
 
 
 def descendants(root: int) -> set[int]:

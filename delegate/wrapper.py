@@ -3,13 +3,21 @@
 It publishes `started` (seq 1) before the agent begins, hands the prompt over on stdin or as a
 file (never through a shell string), copies the agent's output to the pane and to
 `logs/<job_id>/agent.log`, and, when the agent ends without reporting `completed` or `error`,
-reports one itself from the exit status as the profile says. So every job ends with a reason.
+reports one itself from the exit status as the profile says. So every job ends with a reason:
+when the bus cannot take that report, the wrapper records the outcome in the registry itself
+(it runs beside it) and audits why; a `started` the bus refused is recorded the same way, so the
+job is not stranded pending.
+
+The agent runs in its own process group. SIGHUP (tmux went away) or SIGTERM reaching the wrapper
+is passed to that group; after a short grace the group is killed, and the job ends `error`
+naming the signal.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -17,13 +25,39 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import _logging
-from .errors import DelegateError, PublishRefused
+from .errors import BusError, DelegateError, PublishRefused
 from .fsio import path_with
+from .model import EventType
 from .services.publish import publish_event
 from .services.state import State
 
 log = _logging.get_logger(__name__)
 CHUNK = 65536
+SIGNAL_GRACE_S = 3.0
+PASSED_SIGNALS = (signal.SIGHUP, signal.SIGTERM)
+RECORDED_WITHOUT_BUS = "recorded_without_bus"
+
+
+def report(
+    state: State, job_id: str, event: str, *, detail: str, data: dict[str, Any] | None = None
+) -> None:
+    """Publish `event`; when the bus cannot take it, record its transition in the registry
+    directly and audit why, so the job never waits for a report that cannot travel."""
+    try:
+        publish_event(state, job_id, event, detail=detail, data=data)
+    except BusError as exc:
+        job, changed = state.registry.apply_event(job_id, EventType(event), detail=detail)
+        state.audit.append(
+            job_id,
+            RECORDED_WITHOUT_BUS,
+            event=event,
+            reason=f"bus unreachable: {exc}",
+            status=job.status.value,
+            changed=changed,
+        )
+        log.warning(
+            "job %s: the bus did not take %s (%s); recorded it directly", job_id, event, exc
+        )
 
 
 def agent_env(state: State, job_id: str, bus_url: str) -> dict[str, str]:
@@ -109,7 +143,7 @@ def run(job_id: str, state: State | None = None) -> int:
     if not argv:
         raise DelegateError(f"job {job_id} has no launch command")
     try:
-        publish_event(state, job_id, "started", detail=f"{job.agent or 'agent'} starting")
+        report(state, job_id, "started", detail=f"{job.agent or 'agent'} starting")
     except PublishRefused as exc:
         print(f"delegate: not starting the agent: {exc.reason}", file=sys.stderr)
         return 0
@@ -148,10 +182,25 @@ def _run_agent(
             stdin=stdin_spec,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
+            process_group=0,  # its own group: signals reach the agent and all it started
         )
     except OSError as exc:
-        publish_event(state, job_id, "error", detail=f"agent could not start: {exc.strerror}")
+        report(state, job_id, "error", detail=f"agent could not start: {exc.strerror}")
         return 127
+    received: list[int] = []
+    # After the grace, the rest of the group is killed; cancelled once the agent is reaped,
+    # since its pid (the group id) may then be reused.
+    killer = threading.Timer(SIGNAL_GRACE_S, _kill_group, args=(agent.pid,))
+    killer.daemon = True
+
+    def pass_signal(signum: int, frame: Any) -> None:
+        if not received:
+            received.append(signum)
+            killer.start()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(agent.pid, signum)
+
+    previous = {sig: signal.signal(sig, pass_signal) for sig in PASSED_SIGNALS}
     threads = []
     if agent.stdin is not None:
         prompt = prompt_path.read_bytes() if prompt_path.is_file() else b""
@@ -164,15 +213,30 @@ def _run_agent(
     for thread in threads:
         thread.start()
     returncode = agent.wait()
+    if received:
+        _kill_group(agent.pid)  # what is left of the group (its leader is a zombie until now)
+    killer.cancel()
     for thread in threads:
-        thread.join(timeout=5)
+        thread.join(timeout=0.2 if received else 5)
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
 
     if not state.registry.get(job_id).status.terminal:
-        event, detail = outcome_for(returncode, str(launch.get("clean_exit", "completed")))
+        if received:
+            name = signal.Signals(received[0]).name
+            event = "error"
+            detail = f"the wrapper got {name} and passed it to the agent"
+        else:
+            event, detail = outcome_for(returncode, str(launch.get("clean_exit", "completed")))
         # A PublishRefused here means the agent's own report, or a cancel, got there first.
         with contextlib.suppress(PublishRefused):
-            publish_event(state, job_id, event, detail=detail, data={"exit_status": returncode})
+            report(state, job_id, event, detail=detail, data={"exit_status": returncode})
     return returncode if returncode >= 0 else 128 - returncode
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -90,12 +90,31 @@ def test_watch_of_a_finished_job_replays_and_exits_with_its_outcome(home: Path):
 
 def test_idle_timeout_ends_watch_with_2(home: Path):
     job_id = _register(home, "--idle-timeout", "0.6")
+    _publish(home, job_id, "started")
     started = time.monotonic()
     result = run_cli(home, "watch", job_id)
     assert result.returncode == 2, result.stderr
-    assert 0.5 < time.monotonic() - started < 20
+    assert time.monotonic() - started < 20
     job = State.open(env={"DELEGATE_HOME": str(home)}).registry.get(job_id)
     assert job.status is JobState.ERROR and job.error == "idle_timeout"
+    # the deadline came from the record: the last event plus the idle budget
+    from delegate.registry import parse_timestamp
+
+    ended = [e for e in State.open(env={"DELEGATE_HOME": str(home)}).audit.read_events(job_id)]
+    failed = next(e for e in ended if e.get("kind") == "reconciled")
+    assert failed["action"] == "fail_job" and failed["reason"] == "idle_timeout"
+    silent = parse_timestamp(failed["evidence"]["now"]) - parse_timestamp(job.last_event_at)
+    assert silent.total_seconds() >= 0.6
+
+
+def test_an_onlookers_patience_never_ends_the_job(home: Path):
+    job_id = _register(home, "--idle-timeout", "60")
+    _publish(home, job_id, "started")
+    result = run_cli(home, "watch", job_id, "--wall-timeout", "0.5")
+    assert result.returncode == 2, result.stderr
+    assert "stopped watching" in result.stderr
+    job = State.open(env={"DELEGATE_HOME": str(home)}).registry.get(job_id)
+    assert job.status is JobState.RUNNING and job.error is None
 
 
 def test_wall_timeout_ends_watch_with_2_even_while_events_flow(home: Path):

@@ -15,9 +15,10 @@ from delegate.model import (
     validate_job_id,
 )
 
-P, R, C, E, X = "pending", "running", "completed", "error", "cancelled"
-# Written out from DESIGN section 4, independently of the table in delegate.model.
-LEGAL = {(P, R), (P, E), (P, X), (R, C), (R, E), (R, X)}
+Q, P, R, C, E, X = "queued", "pending", "running", "completed", "error", "cancelled"
+# Written out from DESIGN section 4 and issue 8 (queued waits for a slot, then is launched
+# as pending), independently of the table in delegate.model.
+LEGAL = {(Q, P), (Q, E), (Q, X), (P, R), (P, E), (P, X), (R, C), (R, E), (R, X)}
 
 states = st.sampled_from(list(JobState))
 

@@ -315,8 +315,9 @@ def test_twenty_jobs_at_once_all_complete_and_the_books_agree(home: Path, tmux_e
         out = (state.audit.job_dir(job_id) / "subscriber.out").read_text()
         assert [e["event"] for e in json_lines(out)] == ["started", "progress", "completed"]
     assert set(panes) == {f"dlg-{j}" for j in ids}
-    ps = json_lines(run_cli(home, "ps", "--json", env=tmux_env).stdout)
+    ps = json_lines(run_cli(home, "ps", "--json", "--limit", "20", env=tmux_env).stdout)
     assert len(ps) == 20
+    assert len(json_lines(run_cli(home, "ps", "--json", env=tmux_env).stdout)) == 10
     books = {r["job_id"]: (r["job_state"], r["session_state"]) for r in ps}
     assert books == {j: ("completed", "stopped") for j in ids}
     assert {r["tmux"] for r in ps} <= {"exited 0", "exited ?"}  # ? only when tmux lost track

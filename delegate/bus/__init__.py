@@ -44,8 +44,13 @@ class Bus(Protocol):
 
     def publish(self, job_id: str, payload: bytes, *, retain: bool = False) -> None: ...
 
-    def subscribe(self, job_id: str | None = None, *, consumer: str | None = None) -> Subscription:
-        """Subscribe to one job's events (or every job's when job_id is None)."""
+    def subscribe(
+        self, job_id: str | None = None, *, consumer: str | None = None, live_only: bool = False
+    ) -> Subscription:
+        """Subscribe to one job's events (or every job's when job_id is None).
+
+        `live_only`: no retained outcomes of past jobs, only what is published from now on.
+        """
         ...
 
     def probe(self) -> None:

@@ -204,10 +204,10 @@ class MqttBus:
         raise error
 
     def subscribe(
-        self, job_id: str | None = None, *, consumer: str | None = None
+        self, job_id: str | None = None, *, consumer: str | None = None, live_only: bool = False
     ) -> MqttSubscription:
         self._live()
-        return MqttSubscription(self.settings, job_id, consumer)
+        return MqttSubscription(self.settings, job_id, consumer, live_only=live_only)
 
     def close(self) -> None:
         self._closed = True
@@ -218,8 +218,18 @@ class MqttBus:
 class MqttSubscription:
     """A subscriber with a broker session; returns once the broker granted the subscription."""
 
-    def __init__(self, settings: MqttSettings, job_id: str | None, consumer: str | None) -> None:
+    def __init__(
+        self,
+        settings: MqttSettings,
+        job_id: str | None,
+        consumer: str | None,
+        *,
+        live_only: bool = False,
+    ) -> None:
         self.topic = topic_for(settings.prefix, job_id)
+        # live_only: MQTT 5 retain handling 2, the broker sends no retained message when we
+        # (re)subscribe; a monitor must not get one outcome per past job on every reconnect.
+        retain_handling = 2 if live_only else 0
         import queue
         import threading
 
@@ -234,7 +244,9 @@ class MqttSubscription:
             from paho.mqtt.subscribeoptions import SubscribeOptions
 
             # Every (re)connection subscribes again; with a resumed session it changes nothing.
-            client.subscribe(self.topic, options=SubscribeOptions(qos=1))
+            client.subscribe(
+                self.topic, options=SubscribeOptions(qos=1, retainHandling=retain_handling)
+            )
 
         def handle_subscribe(
             client: Any, userdata: Any, mid: int, reasons: Any, props: Any

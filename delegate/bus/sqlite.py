@@ -123,8 +123,10 @@ class SqliteBus:
             return None
 
     def subscribe(
-        self, job_id: str | None = None, *, consumer: str | None = None
+        self, job_id: str | None = None, *, consumer: str | None = None, live_only: bool = False
     ) -> SqliteSubscription:
+        """`live_only` changes nothing here: an all-jobs listener without a consumer name
+        starts from now anyway, and nothing is retained apart from the history."""
         self._live()
         return SqliteSubscription(self, job_id, consumer)
 

@@ -10,7 +10,7 @@ from ..errors import ConfigError
 
 _PATHS = ("prompt_file", "workdir")
 _NUMBERS = ("wall_timeout", "idle_timeout")
-_TEXT = ("agent", "cmd", "prompt", "session", "bus", "idempotency_key")
+_TEXT = ("agent", "cmd", "prompt", "session", "bus", "idempotency_key", "on_event")
 
 
 def merge_job_file(path: Path | None, **flags: Any) -> dict[str, Any]:
@@ -39,6 +39,9 @@ def merge_job_file(path: Path | None, **flags: Any) -> dict[str, Any]:
                 if isinstance(value, bool) or not isinstance(value, int | float):
                     raise ConfigError(f"{path}: {name} must be a number of seconds")
                 value = float(value)
+            elif name == "max_running":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ConfigError(f"{path}: max_running must be a positive integer")
             elif name == "wait":
                 if not isinstance(value, bool):
                     raise ConfigError(f"{path}: wait must be true or false")

@@ -1,4 +1,8 @@
-"""`delegate ps`: jobs and their sessions side by side, from one tmux query."""
+"""`delegate ps`: jobs and their sessions side by side, from one tmux query per socket.
+
+It reads the open index and the tail of the finished log, never the whole history (unless
+`--all`), and says when tmux could not be asked rather than showing sessions as gone.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,10 @@ import os
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from ..model import Job
-from ..tmux import Tmux, TmuxError
+from ..model import Job, JobState
+from ..tmux import Pane, Tmux, TmuxView, socket_path_for
+from .launch import inventory
 from .state import State
-from .submit import inventory
 
 
 class Row(NamedTuple):
@@ -22,9 +26,15 @@ class Row(NamedTuple):
     agent: str
     age_s: float
     last_event: str
+    queue_position: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()
+
+
+class Listing(NamedTuple):
+    rows: list[Row]
+    tmux_note: str | None = None
 
 
 def last_event(state: State, job_id: str) -> str:
@@ -53,18 +63,56 @@ def _age_s(job: Job, now: datetime) -> float:
     return max(0.0, (now - created).total_seconds())
 
 
-def rows(state: State, *, tmux: Tmux | None = None) -> list[Row]:
+def rows(
+    state: State,
+    *,
+    show_all: bool = False,
+    limit: int = 10,
+    tmux: Tmux | None = None,
+) -> Listing:
     now = datetime.now(UTC)
-    sessions = {s.name: s for s in inventory(state).list()}
-    try:
-        panes = {p.session: p for p in (tmux or Tmux.from_env(state.env)).panes()}
-    except TmuxError:
-        panes = {}
+    registry = state.registry
+    if show_all:
+        jobs = registry.list()
+    else:
+        jobs = registry.open_jobs() + sorted(
+            registry.recent_finished(limit), key=lambda j: (j.created_at, j.job_id)
+        )
+    names = sorted({j.session for j in jobs if j.session})
+    sessions = (
+        inventory(state).by_names(names)
+        if len(names) < 900
+        else {s.name: s for s in inventory(state).list()}
+    )
+    default = socket_path_for(state.env.get("DELEGATE_TMUX_SOCKET"), state.env)
+    sockets = {(j.tmux_socket or default) for j in jobs if j.session}
+    views: dict[str, TmuxView] = {}
+    for socket in sorted(sockets):
+        server = (
+            tmux if tmux is not None and tmux.socket_path == socket else Tmux(socket, state.env)
+        )
+        views[socket] = server.view()
+    unreachable = [v for v in views.values() if v.status == "unreachable"]
+    note = None
+    if unreachable:
+        note = "; ".join(f"tmux on {v.socket} could not be asked: {v.reason}" for v in unreachable)
+    panes: dict[tuple[str, str], Pane] = {
+        (sock, p.session): p for sock, v in views.items() for p in v.panes
+    }
+    position = 0
     out = []
-    for job in state.registry.list():
+    for job in jobs:
         session = sessions.get(job.session or "")
-        pane = panes.get(job.session or "")
-        if pane is None:
+        socket = job.tmux_socket or default
+        view = views.get(socket)
+        pane = panes.get((socket, job.session or ""))
+        if pane is not None and pane.job_id and pane.job_id != job.job_id:
+            pane = None  # the name hosts a later job now
+        if job.session is None or (session is not None and session.job_id != job.job_id):
+            live = "-"
+        elif view is not None and view.status == "unreachable":
+            live = "unknown"
+        elif pane is None:
             live = "-" if session is None else "gone"
         elif pane.dead:
             # tmux 3.3 now and then leaves a pane's process unreaped (seen with many panes
@@ -72,19 +120,25 @@ def rows(state: State, *, tmux: Tmux | None = None) -> list[Row]:
             live = f"exited {'?' if pane.exit_status is None else pane.exit_status}"
         else:
             live = "alive"
+        queue_position = None
+        if job.status is JobState.QUEUED:
+            position += 1
+            queue_position = position
+        hosted = session is not None and session.job_id == job.job_id
         out.append(
             Row(
                 job.job_id,
                 job.status.value,
                 job.session or "-",
-                session.state.value if session else "-",
+                session.state.value if hosted and session else "-",
                 live,
                 job.agent or "-",
                 round(_age_s(job, now), 1),
                 last_event(state, job.job_id),
+                queue_position,
             )
         )
-    return out
+    return Listing(out, note)
 
 
 def human_age(seconds: float) -> str:

@@ -1,34 +1,40 @@
 """Submitting a job to an agent in tmux, supervising it, and cancelling it.
 
-Order of a submit: register the job; write the prompt file; start the subscriber and wait until
-it is subscribed (a ready file, no sleeping and hoping); start the wrapper in a tmux session;
-record the session. The supervisor is the subscriber plus what follows an ending: a timed-out
-job's session is killed with every process in it, a finished job's session is marked stopped.
+Order of a submit: register the job; write the prompt file; admit it under the cap (it may start
+now, or waits queued); start the subscriber and wait until it is subscribed (a ready file, no
+sleeping and hoping); start the wrapper in a tmux session. Whether the job has ended is never
+decided here: its events, `cancel` and the reconcile policy (through the supervising watcher)
+decide, and the exit status is read from the record.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
+import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import DelegateError, UsageError
-from ..fsio import atomic_write, path_with
+from ..fsio import atomic_write
 from ..model import Job, JobState, SessionState
 from ..profiles import Profile, config_path, load_config, resolve
-from ..sessions import SessionInventory
-from ..tmux import Tmux, validate_session_name
+from ..reconcile import SESSION_PREFIX, may_start
+from ..tmux import Tmux, TmuxUnreachable, validate_session_name
 from .jobs import register_job
+from .launch import (
+    caps,
+    check_session_free,
+    inventory,
+    launch_in_tmux,
+    start_detached_supervisor,
+    this_launcher,
+    tmux_for,
+)
 from .state import State
-from .watch import EXIT_CANCELLED, EXIT_TIMEOUT, Watcher, WatchOutcome
+from .watch import Watcher, WatchOutcome
 
 SKILL_FILE = Path(__file__).resolve().parents[2] / "skills" / "delegate-job" / "SKILL.md"
-READY_TIMEOUT_S = 15.0
-SESSION_PREFIX = "dlg-"
+__all__ = ["SESSION_PREFIX", "SubmitRequest", "SubmitResult", "cancel", "inventory", "submit"]
 
 
 class SubmitRequest(NamedTuple):
@@ -41,12 +47,37 @@ class SubmitRequest(NamedTuple):
     idle_timeout_s: float | None = None
     bus_url: str | None = None
     idempotency_key: str | None = None
+    max_running: int | None = None
+    on_event: str | None = None
 
 
 class SubmitResult(NamedTuple):
     job: Job
     created: bool
     outcome: WatchOutcome | None = None
+    queue_position: int | None = None
+
+
+def parse_on_event(text: str | None) -> list[str] | None:
+    """`--on-event CMD`: split into words as a shell would; it is never run by one."""
+    if text is None:
+        return None
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"--on-event cannot be split into words: {exc}") from None
+    if not argv:
+        raise UsageError("--on-event is empty")
+    return argv
+
+
+def queue_position(state: State, job_id: str) -> int | None:
+    """1 for the queued job that starts next, None when the job is not queued."""
+    queued = [j for j in state.registry.open_jobs() if j.status is JobState.QUEUED]
+    for position, job in enumerate(queued, 1):
+        if job.job_id == job_id:
+            return position
+    return None
 
 
 def preamble() -> str:
@@ -68,14 +99,6 @@ def build_prompt(profile: Profile, prompt: bytes) -> bytes:
     return preamble().encode("utf-8") + b"\n---\n\n" + prompt
 
 
-def inventory(state: State) -> SessionInventory:
-    return SessionInventory(state.layout.sessions_db)
-
-
-def _tmux(state: State, tmux: Tmux | None) -> Tmux:
-    return tmux or Tmux.from_env(state.env)
-
-
 def submit(
     state: State,
     request: SubmitRequest,
@@ -91,8 +114,12 @@ def submit(
     workdir = (request.workdir or Path.cwd()).expanduser().absolute()
     if not workdir.is_dir():
         raise UsageError(f"--workdir {workdir} is not a directory")
+    if request.max_running is not None and request.max_running < 1:
+        raise UsageError("--max-running must be a positive integer")
+    notify = parse_on_event(request.on_event)
     if request.session is not None:
         validate_session_name(request.session)
+    tmux = tmux or Tmux.from_env(state.env)
 
     job, created = register_job(
         state,
@@ -106,128 +133,95 @@ def submit(
         bus_url=request.bus_url,
     )
     if not created:  # the same idempotency key: never launch twice
-        outcome = Watcher(state, job.job_id, emit=emit).run() if wait else None
-        return SubmitResult(job, False, outcome)
+        return _follow_existing(state, job, wait=wait, emit=emit)
+    session = request.session or f"{SESSION_PREFIX}{job.job_id}"
+    try:
+        if request.session is not None:
+            check_session_free(state, session)
+        job = _admit(state, job, profile, workdir, session, request, notify, tmux)
+    except BaseException as exc:
+        reason = f"launch_failed: {exc}" if isinstance(exc, DelegateError) else "launch_failed"
+        state.registry.finish_if_open(job.job_id, JobState.ERROR, reason=reason)
+        raise
+    return _start(state, job, wait=wait, emit=emit, tmux=tmux)
 
+
+def _admit(
+    state: State,
+    job: Job,
+    profile: Profile,
+    workdir: Path,
+    session: str,
+    request: SubmitRequest,
+    notify: list[str] | None,
+    tmux: Tmux,
+) -> Job:
     job_dir = state.audit.job_dir(job.job_id, create=True)
     prompt_path = job_dir / "prompt"
     atomic_write(prompt_path, build_prompt(profile, request.prompt))
-    session = request.session or f"{SESSION_PREFIX}{job.job_id}"
     launch = {
         "argv": profile.argv(prompt_file=prompt_path, workdir=workdir, job_id=job.job_id),
         "prompt": profile.prompt,
         "prompt_path": str(prompt_path),
         "clean_exit": profile.clean_exit,
     }
-    job = state.registry.update(job.job_id, session=session, launch=launch)
+    job = state.registry.update(
+        job.job_id,
+        session=session,
+        tmux_socket=tmux.socket_path,
+        max_running=request.max_running,
+        notify=notify,
+    )
+    cap = caps(state)
+    return state.registry.admit(
+        job.job_id, launch, lambda j, others: may_start(j, others, cap), this_launcher()
+    )
 
+
+def _start(
+    state: State,
+    job: Job,
+    *,
+    wait: bool,
+    emit: Callable[[dict[str, Any]], None],
+    tmux: Tmux,
+) -> SubmitResult:
+    queued = job.status is JobState.QUEUED
     watcher: Watcher | None = None
     try:
         if wait:
-            watcher = Watcher(state, job.job_id, emit=emit)  # subscribed on construction
+            # subscribed on construction, before the agent can say anything
+            watcher = Watcher(state, job.job_id, emit=emit, supervise=True, actor="submit")
         else:
             start_detached_supervisor(state, job.job_id)
-        launch_in_tmux(state, job, _tmux(state, tmux))
+        if not queued:
+            launch_in_tmux(state, job, tmux)
     except BaseException as exc:
         if watcher is not None:
             watcher.close()
         reason = f"launch_failed: {exc}" if isinstance(exc, DelegateError) else "launch_failed"
         state.registry.finish_if_open(job.job_id, JobState.ERROR, reason=reason)
         raise
+    position = queue_position(state, job.job_id) if queued else None
     if watcher is None:
-        return SubmitResult(state.registry.get(job.job_id), True)
+        return SubmitResult(state.registry.get(job.job_id), True, None, position)
     try:
-        ended = watcher.run()
+        outcome = watcher.run()
     except KeyboardInterrupt:
         # The person stopped waiting, not the job: hand it to a detached supervisor so its
-        # timeouts and session still get looked after.
+        # deadlines, queue place and session still get looked after.
         start_detached_supervisor(state, job.job_id)
         raise
-    outcome = follow_up(state, job.job_id, ended, tmux=tmux)
-    return SubmitResult(state.registry.get(job.job_id), True, outcome)
+    return SubmitResult(state.registry.get(job.job_id), True, outcome, position)
 
 
-def launch_in_tmux(state: State, job: Job, tmux: Tmux) -> None:
-    assert job.session is not None
-    env = {
-        "DELEGATE_JOB_ID": job.job_id,
-        "DELEGATE_HOME": str(state.layout.home),
-        "DELEGATE_BUS": state.bus_url_for(job),
-        "PATH": path_with(str(Path(sys.executable).parent), state.env.get("PATH")),
-    }
-    if tmux.socket_name:
-        env["DELEGATE_TMUX_SOCKET"] = tmux.socket_name
-    # Recorded before tmux starts: a fast job may end, and its supervisor look the session up,
-    # before tmux.start() even returns.
-    sessions = inventory(state)
-    sessions.record_start(
-        job.session, job_id=job.job_id, agent=job.agent, workdir=job.workdir, pane_pid=None
-    )
-    try:
-        pane_pid = tmux.start(
-            job.session,
-            [sys.executable, "-m", "delegate.wrapper", job.job_id],
-            workdir=Path(job.workdir or "."),
-            env=env,
-            job_id=job.job_id,
-        )
-    except BaseException:
-        sessions.set_state(job.session, SessionState.TERMINATED, reason="launch failed")
-        raise
-    sessions.set_pane_pid(job.session, pane_pid)
-
-
-def start_detached_supervisor(state: State, job_id: str) -> subprocess.Popen[bytes]:
-    """Start `python -m delegate.supervisor` detached, and return once it is subscribed."""
-    job_dir = state.audit.job_dir(job_id, create=True)
-    ready = job_dir / "subscriber.ready"
-    ready.unlink(missing_ok=True)
-    out = os.open(job_dir / "subscriber.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    err = os.open(job_dir / "subscriber.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    env = {**state.env, "DELEGATE_HOME": str(state.layout.home)}
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "delegate.supervisor", job_id, "--ready-file", str(ready)],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            env=env,
-            start_new_session=True,  # outlives the terminal that submitted
-            close_fds=True,
-        )
-    finally:
-        os.close(out)
-        os.close(err)
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    pause = 0.001
-    while not ready.exists():
-        if process.poll() is not None:
-            raise DelegateError(f"the subscriber for job {job_id} exited before it was ready")
-        if time.monotonic() > deadline:
-            process.kill()
-            raise DelegateError(f"the subscriber for job {job_id} was not ready in time")
-        time.sleep(pause)
-        pause = min(pause * 1.5, 0.01)
-    return process
-
-
-def follow_up(
-    state: State, job_id: str, outcome: WatchOutcome, *, tmux: Tmux | None = None
-) -> WatchOutcome:
-    """After a job ends: kill the session of a timed-out or cancelled job; mark others stopped."""
-    job = state.registry.get(job_id)
-    if not job.session:
-        return outcome
-    sessions = inventory(state)
-    if sessions.get(job.session) is None:
-        return outcome
-    if outcome.exit_code in (EXIT_TIMEOUT, EXIT_CANCELLED):
-        _tmux(state, tmux).kill(job.session)
-        reason = outcome.reason if outcome.exit_code == EXIT_TIMEOUT else "cancelled"
-        sessions.set_state(job.session, SessionState.TERMINATED, reason=f"job {job_id} {reason}")
-    else:
-        sessions.set_state(job.session, SessionState.STOPPED, reason=f"job {job_id} {job.status}")
-    return outcome
+def _follow_existing(
+    state: State, job: Job, *, wait: bool, emit: Callable[[dict[str, Any]], None]
+) -> SubmitResult:
+    outcome = None
+    if wait:
+        outcome = Watcher(state, job.job_id, emit=emit, supervise=True, actor="submit").run()
+    return SubmitResult(state.registry.get(job.job_id), False, outcome)
 
 
 def supervise(
@@ -237,26 +231,45 @@ def supervise(
     emit: Callable[[dict[str, Any]], None],
     on_ready: Callable[[], None] = lambda: None,
 ) -> WatchOutcome:
-    watcher = Watcher(state, job_id, emit=emit)
+    """The detached supervisor: a supervising watcher that outlives the terminal."""
+    watcher = Watcher(state, job_id, emit=emit, supervise=True, actor="supervisor")
     try:
         on_ready()
     except BaseException:
         watcher.close()
         raise
-    return follow_up(state, job_id, watcher.run())
+    return watcher.run()
 
 
-def cancel(state: State, job_id: str, *, tmux: Tmux | None = None) -> Job:
-    """Cancel a job; if it runs in a session, kill the agent and its whole process tree."""
+class CancelResult(NamedTuple):
+    job: Job
+    session_note: str | None = None  # set when the session could not be confirmed killed
+
+
+def cancel(state: State, job_id: str, *, tmux: Tmux | None = None) -> CancelResult:
+    """Cancel a job; if it runs in a session, kill the agent and its whole process tree.
+
+    The session lives on the job's recorded tmux server. When tmux cannot be reached there, the
+    job is still cancelled, but the session is not claimed terminated: the note says so.
+    """
     job = state.registry.cancel(job_id)
-    if job.session:
-        sessions = inventory(state)
-        if sessions.get(job.session) is not None:
-            _tmux(state, tmux).kill(job.session)
-            sessions.set_state(
-                job.session, SessionState.TERMINATED, reason=f"job {job_id} cancelled"
-            )
-    return job
+    if not job.session:
+        return CancelResult(job)
+    sessions = inventory(state)
+    row = sessions.get(job.session)
+    if row is None or row.job_id != job_id:
+        return CancelResult(job)
+    server = tmux or tmux_for(state, job)
+    try:
+        if server.view().status == "unreachable":
+            raise TmuxUnreachable(server.socket_path, server.view().reason)
+        server.kill(job.session, job_id=job_id)
+    except DelegateError as exc:
+        return CancelResult(job, f"session {job.session} was not confirmed terminated: {exc}")
+    sessions.set_state(
+        job.session, SessionState.TERMINATED, reason=f"job {job_id} cancelled", job_id=job_id
+    )
+    return CancelResult(job)
 
 
 def read_prompt(

@@ -1,13 +1,20 @@
 """The subscriber (`delegate watch`): receive, verify, audit and apply one job's events.
 
-It subscribes before anything else happens, keeps a terminal state machine, and runs two clocks:
-a wall budget from its start and an idle timer reset by every accepted event. The job's record is
-read a few times a second so a cancellation, or an end decided elsewhere, also ends the watch.
+It subscribes before anything else happens and keeps a terminal state machine. Whether the job
+has ended is read from the registry, never guessed: the exit status comes from the record's final
+state, so a `cancel` racing a `completed` gives the code the books say.
+
+A supervising watcher (`submit --wait`, the detached supervisor) also looks after its job through
+the reconcile policy: the record's deadlines, a wrapper that died (a pidfd wakes it at once), a
+queued job's launch when a slot frees, and its session once the job ended. An onlooker's
+`--wall-timeout`/`--idle-timeout` only bound how long it watches; they never end the job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,8 +25,9 @@ from .. import audit
 from .._logging import get_logger
 from ..bus import Message, Subscription
 from ..fsio import atomic_write
-from ..model import EVENT_TARGET_STATE, EventType, Job, JobState
+from ..model import EventType, Job, JobState
 from ..protocol import Accepted, Receiver, Rejected
+from ..reconcile import LaunchJob, next_deadline_s
 from .state import State
 
 log = get_logger(__name__)
@@ -30,9 +38,12 @@ EXIT_TIMEOUT = 2
 EXIT_CANCELLED = 3
 TIMEOUT_REASONS = ("wall_timeout", "idle_timeout")
 RECORD_POLL_S = 0.2
-# When the record says the job ended but its terminal event has not arrived yet (a broker
-# in between), wait this long for the event before trusting the record alone.
+# When the record says the job ended by its own event but that event has not arrived yet (a
+# broker in between), wait this long for it before trusting the record alone.
 END_GRACE_S = 2.0
+# A supervisor asks tmux about its job this often, and at once when its wrapper's pidfd fires.
+SUPERVISE_TMUX_S = 5.0
+QUEUE_CHECK_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -52,9 +63,13 @@ def exit_code_for(job: Job) -> int:
     return EXIT_ERROR
 
 
-def _limit(flag: float | None, recorded: float | None) -> float | None:
-    value = flag if flag is not None else recorded
-    return value if value else None  # 0 or None: no limit
+def outcome_of(job: Job) -> WatchOutcome:
+    return WatchOutcome(exit_code_for(job), job.status.value, job.error)
+
+
+def _expects_event(job: Job) -> bool:
+    """Whether the job ended by its own event (which a subscriber should still see)."""
+    return job.status is JobState.COMPLETED or (job.error or "").startswith("agent_error")
 
 
 class Watcher:
@@ -67,14 +82,23 @@ class Watcher:
         idle_timeout_s: float | None = None,
         emit: Callable[[dict[str, Any]], None] = lambda envelope: None,
         clock: Callable[[], float] = time.monotonic,
+        supervise: bool = False,
+        actor: str = "watch",
     ) -> None:
         self.state = state
         self.job = state.registry.get(job_id)
         self.job_id = job_id
-        self.wall_s = _limit(wall_timeout_s, self.job.wall_timeout_s)
-        self.idle_s = _limit(idle_timeout_s, self.job.idle_timeout_s)
+        # An onlooker's own patience, not the job's budget (that lives in the record).
+        self.wall_s = wall_timeout_s or None
+        self.idle_s = idle_timeout_s or None
         self.emit = emit
         self.clock = clock
+        self.supervise = supervise
+        self.actor = actor
+        self._reconciler: Any = None
+        self._pidfd: int | None = None
+        self._pane_pid: int | None = None
+        self._pane_gone = False
         self.receiver = Receiver(job_id, self.job.auth_token)
         self.bus = state.open_bus_for(self.job)
         # Subscribing here, in the constructor, is what lets a caller start the agent only
@@ -84,6 +108,9 @@ class Watcher:
     def close(self) -> None:
         self.subscription.close()
         self.bus.close()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
     def _handle(self, message: Message) -> Accepted | Rejected:
         if message.problem:
@@ -99,10 +126,13 @@ class Watcher:
             )
             self.emit(envelope)
             event = EventType(verdict.event)
-            if event in EVENT_TARGET_STATE:
-                self.state.registry.apply_event(
-                    self.job_id, event, detail=str(envelope.get("detail", ""))
-                )
+            # every accepted event moves the idle clock; some also change the state
+            self.state.registry.apply_event(
+                self.job_id, event, detail=str(envelope.get("detail", ""))
+            )
+            from .notify import notify
+
+            notify(self.state, self.job, envelope, actor=self.actor)
         else:
             excerpt = message.payload[:200].decode("utf-8", "replace")
             self.state.audit.append(
@@ -123,59 +153,151 @@ class Watcher:
         while (message := self.subscription.get(timeout=0)) is not None:
             self._handle(message)
 
-    def _time_out(self, reason: str) -> WatchOutcome:
-        job, changed = self.state.registry.finish_if_open(
-            self.job_id, JobState.ERROR, reason=reason
+    # --- supervising ----------------------------------------------------------------------
+
+    def reconciler(self) -> Any:
+        if self._reconciler is None:
+            from .reconciler import Reconciler
+
+            self._reconciler = Reconciler(self.state, actor=f"supervisor:{os.getpid()}")
+        return self._reconciler
+
+    def _wrapper_died(self, job: Job) -> bool:
+        """True once the wrapper's process has exited (a pidfd opened while it ran)."""
+        if self._pane_gone:
+            return False
+        if self._pidfd is None and job.session and job.status is not JobState.QUEUED:
+            from .launch import inventory
+
+            row = inventory(self.state).get(job.session)
+            if row is not None and row.job_id == self.job_id and row.pane_pid:
+                self._pane_pid = row.pane_pid
+                try:
+                    self._pidfd = os.pidfd_open(row.pane_pid)
+                except ProcessLookupError:
+                    self._pane_gone = True
+                    return True
+                except OSError:
+                    return False
+        if self._pidfd is None:
+            return False
+        readable, _, _ = select.select([self._pidfd], [], [], 0)
+        if readable:
+            self._pane_gone = True
+        return bool(readable)
+
+    def _supervise(self, job: Job, now: float, state: dict[str, float]) -> None:
+        """One look after the job through the reconcile policy, when something may be due."""
+        own = self.job_id
+        if job.status is JobState.QUEUED:
+            if now >= state["queue"]:
+                state["queue"] = now + QUEUE_CHECK_S
+                self.reconciler().run_pass(
+                    sockets=(), keep=lambda a: isinstance(a, LaunchJob) and a.job_id == own
+                )
+            return
+        died = self._wrapper_died(job)
+        ask_tmux = died or now >= state["tmux"]
+        from datetime import UTC, datetime
+
+        due = next_deadline_s(job, datetime.now(UTC)) == 0.0
+        if not (ask_tmux or due):
+            return
+        sockets: tuple[str, ...] = ()
+        if ask_tmux:
+            state["tmux"] = now + SUPERVISE_TMUX_S
+            sockets = (job.tmux_socket or self.reconciler().default_socket,)
+            if died and self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
+                state["tmux"] = now + 0.5  # look again soon: the pane may not show dead yet
+        self.reconciler().run_pass(
+            sockets=sockets,
+            only_job=own,
+            keep=lambda a: a.job_id == own and not isinstance(a, LaunchJob),
         )
-        if changed:
-            log.warning("job %s timed out (%s)", self.job_id, reason)
-            return WatchOutcome(EXIT_TIMEOUT, job.status.value, reason)
-        return WatchOutcome(exit_code_for(job), job.status.value, job.error)
+
+    def after_end(self) -> None:
+        """Once the job ended: its session stopped, and queued jobs launched into free slots."""
+        job = self.state.registry.get(self.job_id)
+        socket = job.tmux_socket or self.reconciler().default_socket
+        with contextlib.suppress(Exception):
+            self.reconciler().run_pass(
+                sockets=(socket,) if job.session else (),
+                only_job=self.job_id,
+                keep=lambda a: a.job_id == self.job_id or isinstance(a, LaunchJob),
+            )
+
+    # --- the loop -------------------------------------------------------------------------
 
     def run(self) -> WatchOutcome:
+        try:
+            outcome = self._run()
+        finally:
+            self.close()
+        if self.supervise:
+            self.after_end()
+        return outcome
+
+    def _run(self) -> WatchOutcome:
         started = self.clock()
         last_accept = started
         next_record_check = started
         ended_seen_at: float | None = None
-        try:
-            while True:
-                now = self.clock()
-                waits = [RECORD_POLL_S, max(0.0, next_record_check - now)]
-                if self.wall_s is not None:
-                    waits.append(started + self.wall_s - now)
-                if self.idle_s is not None:
-                    waits.append(last_accept + self.idle_s - now)
-                message = self.subscription.get(timeout=max(0.0, min(waits)))
-                if message is not None:
-                    verdict = self._handle(message)
-                    if isinstance(verdict, Accepted):
-                        last_accept = self.clock()
-                        if verdict.event in ("completed", "error"):
-                            self._drain()
-                            job = self.state.registry.get(self.job_id)
-                            code = EXIT_COMPLETED if verdict.event == "completed" else EXIT_ERROR
-                            return WatchOutcome(code, job.status.value, job.error)
-                    continue
-                now = self.clock()
-                if self.wall_s is not None and now - started >= self.wall_s:
-                    return self._time_out("wall_timeout")
-                if self.idle_s is not None and now - last_accept >= self.idle_s:
-                    return self._time_out("idle_timeout")
-                if now >= next_record_check:
-                    next_record_check = now + RECORD_POLL_S
-                    job = self.state.registry.get(self.job_id)
-                    if job.status.terminal:
-                        ended_seen_at = ended_seen_at if ended_seen_at is not None else now
-                        if job.status is JobState.CANCELLED or now - ended_seen_at >= END_GRACE_S:
-                            return WatchOutcome(exit_code_for(job), job.status.value, job.error)
-        finally:
-            self.close()
+        due = {"tmux": started + SUPERVISE_TMUX_S, "queue": started}
+        while True:
+            now = self.clock()
+            waits = [RECORD_POLL_S, max(0.0, next_record_check - now)]
+            if self.wall_s is not None:
+                waits.append(started + self.wall_s - now)
+            if self.idle_s is not None:
+                waits.append(last_accept + self.idle_s - now)
+            message = self.subscription.get(timeout=max(0.0, min(waits)))
+            if message is not None:
+                verdict = self._handle(message)
+                if isinstance(verdict, Accepted):
+                    last_accept = self.clock()
+                    if verdict.event in ("completed", "error"):
+                        self._drain()
+                        job = self.state.registry.get(self.job_id)
+                        if job.status.terminal:
+                            return outcome_of(job)
+                continue
+            now = self.clock()
+            if now >= next_record_check:
+                next_record_check = now + RECORD_POLL_S
+                job = self.state.registry.get(self.job_id)
+                if job.status.terminal:
+                    ended_seen_at = ended_seen_at if ended_seen_at is not None else now
+                    if not _expects_event(job) or now - ended_seen_at >= END_GRACE_S:
+                        self._drain()
+                        return outcome_of(job)
+                elif self.supervise:
+                    self._supervise(job, now, due)
+            if self.wall_s is not None and now - started >= self.wall_s:
+                return self._give_up("wall")
+            if self.idle_s is not None and now - last_accept >= self.idle_s:
+                return self._give_up("idle")
+
+    def _give_up(self, which: str) -> WatchOutcome:
+        job = self.state.registry.get(self.job_id)
+        if job.status.terminal:
+            return outcome_of(job)
+        log.warning(
+            "stopped watching job %s (%s limit); it is still %s", self.job_id, which, job.status
+        )
+        return WatchOutcome(EXIT_TIMEOUT, job.status.value, f"stopped watching ({which} limit)")
 
 
 def watch_job(
     state: State, job_id: str, *, ready_file: Path | None = None, **kwargs: Any
 ) -> WatchOutcome:
-    """Subscribe, signal readiness by creating `ready_file` (if given), then watch to the end."""
+    """Subscribe, signal readiness by creating `ready_file` (if given), then watch to the end.
+
+    Any watcher looks after the job through the reconcile policy: the deadlines it applies are
+    the record's, so it makes no difference who watches, or since when.
+    """
+    kwargs.setdefault("supervise", True)
     watcher = Watcher(state, job_id, **kwargs)
     if ready_file is not None:
         try:

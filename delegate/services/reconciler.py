@@ -1,0 +1,259 @@
+"""Carrying out the reconcile policy: gather a snapshot, ask `reconcile`, execute its actions.
+
+The supervisor of one job and `delegate monitor` both use a `Reconciler`; they differ only in
+what they look at (one job, or everything) and what they print. Each action is executed as a
+transition that only one caller can make (the registry lock, the session table), and only the
+caller that made it writes the audit line and reports it, so two callers at once record each
+action exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from .._logging import get_logger
+from ..errors import DelegateError
+from ..model import EventType, Job, JobState, SessionState
+from ..reconcile import (
+    Action,
+    ApplyEvent,
+    Caps,
+    FailJob,
+    KillSession,
+    LaunchJob,
+    ReportOrphan,
+    SeenEvent,
+    SetSession,
+    Settings,
+    SkipSocket,
+    Snapshot,
+    reconcile,
+)
+from ..tmux import Tmux, TmuxView, socket_path_for
+from .launch import caps, claim_and_launch, inventory, launcher_alive
+from .state import State
+
+log = get_logger(__name__)
+
+RECONCILED = "reconciled"  # the audit kind of an action taken
+
+
+@dataclass
+class Done:
+    """One action as it was carried out (or reported), ready to print and audit."""
+
+    action: Action
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        a = self.action
+        out: dict[str, Any] = {"action": a.kind, "job_id": a.job_id, "reason": a.reason}
+        for name in ("session", "socket", "event", "seq"):
+            if hasattr(a, name):
+                out[name] = getattr(a, name)
+        if isinstance(a, SetSession):
+            out["state"] = a.state.value
+        if isinstance(a, ReportOrphan):
+            out["killed"] = a.kill
+        out["evidence"] = dict(a.evidence)
+        if self.note:
+            out["note"] = self.note
+        out.update(self.extra)
+        return out
+
+    def sentence(self) -> str:
+        text = self.action.describe()
+        return f"{text}; {self.note}" if self.note else text
+
+
+class Reconciler:
+    def __init__(
+        self,
+        state: State,
+        *,
+        settings: Settings | None = None,
+        actor: str = "monitor",
+        report: Callable[[Done], None] = lambda done: None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.state = state
+        self.actor = actor
+        self.report = report
+        self.now = now
+        self.default_socket = socket_path_for(state.env.get("DELEGATE_TMUX_SOCKET"), state.env)
+        self.settings = replace(settings or Settings(), default_socket=self.default_socket)
+        self.tmux_queries = 0  # for the benchmark: tmux processes started by passes
+        self.last_snapshot: Snapshot | None = None
+        self._tmux: dict[str, Tmux] = {}
+
+    # --- looking -------------------------------------------------------------------------
+
+    def tmux(self, socket: str) -> Tmux:
+        if socket not in self._tmux:
+            self._tmux[socket] = Tmux(socket, self.state.env)
+        return self._tmux[socket]
+
+    def view(self, socket: str) -> TmuxView:
+        self.tmux_queries += 1
+        return self.tmux(socket).view()
+
+    def snapshot(
+        self,
+        *,
+        events: Sequence[SeenEvent] = (),
+        sockets: Iterable[str] | None = None,
+        only_job: str | None = None,
+    ) -> Snapshot:
+        """Read the open index, the live session rows and, once per socket, tmux.
+
+        `sockets`: which servers to ask (default: every socket an open job or row names, and
+        this environment's). `only_job`: a supervisor's view, its own session row only.
+        """
+        registry = self.state.registry
+        jobs = {j.job_id: j for j in registry.open_jobs()}
+        rows = inventory(self.state).live()
+        if only_job is not None:
+            own = jobs.get(only_job)
+            rows = [r for r in rows if r.job_id == only_job or (own and r.name == own.session)]
+            if own is None:
+                with contextlib.suppress(DelegateError):
+                    jobs[only_job] = registry.get(only_job)
+        for row in rows:
+            if row.job_id and row.job_id not in jobs:
+                try:
+                    jobs[row.job_id] = registry.get(row.job_id)
+                except DelegateError:
+                    continue
+        if sockets is None:
+            wanted = {self.default_socket}
+            wanted.update(j.tmux_socket for j in jobs.values() if j.tmux_socket and j.session)
+            wanted.update(r.socket for r in rows if r.socket)
+        else:
+            wanted = set(sockets)
+        views = {sock: self.view(sock) for sock in sorted(wanted)}
+        alive = frozenset(
+            j.job_id
+            for j in jobs.values()
+            if j.status is JobState.PENDING and j.launch and launcher_alive(j.launcher)
+        )
+        snap = Snapshot(
+            jobs=list(jobs.values()),
+            views=views,
+            sessions=rows,
+            now=self.now(),
+            events=events,
+            launchers_alive=alive,
+        )
+        self.last_snapshot = snap
+        return snap
+
+    def caps(self) -> Caps:
+        return self.settings.caps if self.settings.caps is not None else caps(self.state)
+
+    # --- acting --------------------------------------------------------------------------
+
+    def run_pass(
+        self,
+        *,
+        events: Sequence[SeenEvent] = (),
+        sockets: Iterable[str] | None = None,
+        only_job: str | None = None,
+        keep: Callable[[Action], bool] = lambda action: True,
+    ) -> list[Done]:
+        snap = self.snapshot(events=events, sockets=sockets, only_job=only_job)
+        settings = replace(self.settings, caps=self.caps())
+        actions = [a for a in reconcile(snap, settings) if keep(a)]
+        return self.execute(actions)
+
+    def execute(self, actions: Sequence[Action]) -> list[Done]:
+        done: list[Done] = []
+        not_ours: set[str] = set()  # jobs whose FailJob someone else applied first
+        for action in actions:
+            try:
+                result = self._execute(action, not_ours)
+            except DelegateError as exc:
+                log.warning("%s: could not carry out %s: %s", self.actor, action.kind, exc)
+                result = Done(action, note=f"failed: {exc}")
+                if isinstance(action, (FailJob, KillSession, LaunchJob)):
+                    self._audit(result)
+                self.report(result)
+                done.append(result)
+                continue
+            if result is None:
+                continue
+            self._audit(result)
+            self.report(result)
+            done.append(result)
+        return done
+
+    def _audit(self, done: Done) -> None:
+        job_id = done.action.job_id
+        if not job_id:
+            return
+        entry = done.to_dict()
+        entry.pop("job_id", None)
+        try:
+            self.state.audit.append(job_id, RECONCILED, actor=self.actor, **entry)
+        except (OSError, DelegateError) as exc:
+            log.warning("could not audit %s for job %s: %s", done.action.kind, job_id, exc)
+
+    def _execute(self, action: Action, not_ours: set[str]) -> Done | None:
+        registry = self.state.registry
+        if isinstance(action, ApplyEvent):
+            assert action.job_id is not None
+            _job, changed = registry.apply_event(action.job_id, EventType(action.event))
+            return Done(action) if changed else None
+        if isinstance(action, FailJob):
+            assert action.job_id is not None
+            _ended, changed = registry.finish_if_open(
+                action.job_id, JobState.ERROR, reason=action.reason
+            )
+            if not changed:
+                not_ours.add(action.job_id)
+                return None
+            return Done(action)
+        if isinstance(action, SetSession):
+            if action.follows_fail and action.job_id in not_ours:
+                return None
+            _row, changed = inventory(self.state).set_state(
+                action.session, action.state, reason=action.reason, job_id=action.job_id
+            )
+            return Done(action) if changed else None
+        if isinstance(action, KillSession):
+            if action.follows_fail and action.job_id in not_ours:
+                return None
+            # The transition first: of two callers only one gets it, and only it kills.
+            _row, changed = inventory(self.state).set_state(
+                action.session,
+                SessionState.TERMINATED,
+                reason=action.reason,
+                job_id=action.job_id,
+            )
+            if not changed:
+                return None
+            pids = self.tmux(action.socket or self.default_socket).kill(
+                action.session, job_id=action.job_id
+            )
+            return Done(action, extra={"pids": pids})
+        if isinstance(action, ReportOrphan):
+            if action.kill:
+                pids = self.tmux(action.socket).kill(action.session, job_id=action.job_id)
+                return Done(action, extra={"pids": pids})
+            return Done(action)
+        if isinstance(action, LaunchJob):
+            assert action.job_id is not None
+            launched: Job | None = claim_and_launch(
+                self.state,
+                action.job_id,
+                expected_launcher=action.expected_launcher,
+                cap=self.caps(),
+            )
+            return Done(action, extra={"session": launched.session}) if launched else None
+        if isinstance(action, SkipSocket):
+            return Done(action)
+        raise AssertionError(f"unknown action {action!r}")
