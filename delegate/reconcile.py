@@ -82,6 +82,8 @@ class Snapshot:
     `views`: per tmux socket path, what one `list-panes -a` saw (sockets not asked are absent).
     `sessions`: the live session rows (running, stopped, archived).
     `launchers_alive`: ids of pending jobs whose recorded launcher process still runs.
+    `closed_sessions`: terminated rows of sessions tmux still shows (being killed, or a kill
+    that failed): a record knows them, so they are no orphans.
     """
 
     jobs: Sequence[Job]
@@ -90,6 +92,7 @@ class Snapshot:
     now: datetime
     events: Sequence[SeenEvent] = ()
     launchers_alive: frozenset[str] = frozenset()
+    closed_sessions: Sequence[Session] = ()  # closed rows of sessions tmux still shows
 
 
 @dataclass(frozen=True)
@@ -454,8 +457,9 @@ def reconcile(snap: Snapshot, settings: Settings = Settings()) -> list[Action]:
 
     # 4. orphans: toolkit sessions no live row knows
     if settings.report_orphans:
+        closed_names = {s.name for s in snap.closed_sessions}
         for (socket, name), pane in sorted(panes.items()):
-            if name in rows:
+            if name in rows or name in closed_names:
                 continue
             if not (pane.job_id or name.startswith(SESSION_PREFIX)):
                 continue

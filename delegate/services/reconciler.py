@@ -10,6 +10,7 @@ action exactly once.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -99,8 +100,21 @@ class Reconciler:
         return self._tmux[socket]
 
     def view(self, socket: str) -> TmuxView:
-        self.tmux_queries += 1
-        return self.tmux(socket).view()
+        """One query; asked again (a few times, briefly) only while one of our panes shows
+        dead without its exit status: tmux marks a pane dead when its terminal closes and
+        learns how the process ended a moment later (tmux 3.3 now and then never learns it;
+        the verdict then goes without the status)."""
+        for pause in (0.02, 0.05, 0.1, 0.2, 0.0):
+            self.tmux_queries += 1
+            seen = self.tmux(socket).view()
+            unsettled = any(
+                p.dead and p.job_id and p.exit_status is None and p.exit_signal is None
+                for p in seen.panes
+            )
+            if not unsettled or not pause:
+                return seen
+            time.sleep(pause)
+        return seen
 
     def snapshot(
         self,
@@ -136,6 +150,11 @@ class Reconciler:
         else:
             wanted = set(sockets)
         views = {sock: self.view(sock) for sock in sorted(wanted)}
+        # Sessions tmux shows that no live row names: their closed rows, if any, so a session
+        # still being killed (its row already terminated) is not taken for an orphan.
+        live_names = {r.name for r in rows}
+        unknown = sorted({p.session for v in views.values() for p in v.panes} - live_names)
+        closed = list(inventory(self.state).by_names(unknown).values()) if unknown else []
         alive = frozenset(
             j.job_id
             for j in jobs.values()
@@ -145,6 +164,7 @@ class Reconciler:
             jobs=list(jobs.values()),
             views=views,
             sessions=rows,
+            closed_sessions=closed,
             now=self.now(),
             events=events,
             launchers_alive=alive,

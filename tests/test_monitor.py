@@ -1,0 +1,429 @@
+"""`delegate monitor` and the reconcile policy against a real tmux server on an isolated socket.
+
+Every scenario here was a way a job could stay open for good, or the toolkit act on stale
+facts (issue 8); each test breaks the world the way a user's machine would and checks the books.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from delegate.model import JobState, SessionState
+from delegate.registry import parse_timestamp
+from delegate.services.state import State
+from delegate.sessions import SessionInventory
+from delegate.tmux import Tmux, alive, processes_of_job
+
+from .helpers import cli_env, delegate_cmd, json_lines, retry_until, run_cli
+
+
+def open_state(home: Path) -> State:
+    return State.open(env={"DELEGATE_HOME": str(home)})
+
+
+def submit_no_wait(home: Path, env: dict[str, str], workdir: Path, prompt: str, *args: str) -> str:
+    result = run_cli(
+        home,
+        "submit",
+        "--agent",
+        "shell",
+        "--workdir",
+        str(workdir),
+        "--prompt",
+        prompt,
+        "--no-wait",
+        "--json",
+        *args,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return str(json.loads(result.stdout)["job_id"])
+
+
+def wait_running(home: Path, job_id: str) -> None:
+    state = open_state(home)
+    retry_until(lambda: state.registry.get(job_id).status is JobState.RUNNING, timeout=30)
+
+
+def pane_pid(home: Path, job_id: str) -> int:
+    state = open_state(home)
+    job = state.registry.get(job_id)
+    row = retry_until(
+        lambda: (
+            (r := SessionInventory(state.layout.sessions_db).get(job.session)) and r.pane_pid and r
+        )
+    )
+    return int(row.pane_pid)
+
+
+def supervisor_pid(home: Path, job_id: str) -> int:
+    return int((home / "logs" / job_id / "subscriber.ready").read_text().strip())
+
+
+def monitor_once(home: Path, env: dict[str, str], *args: str) -> list[dict]:
+    result = run_cli(home, "monitor", "--once", "--json", *args, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json_lines(result.stdout)
+
+
+def start_monitor(home: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        delegate_cmd("monitor", "--json", *args),
+        env=cli_env(home, env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stop_monitor(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    return out, err
+
+
+def reconciled(home: Path, job_id: str) -> list[dict]:
+    return open_state(home).audit.read_events(job_id, kind="reconciled")
+
+
+def session_of(home: Path, job_id: str):
+    state = open_state(home)
+    return SessionInventory(state.layout.sessions_db).get(state.registry.get(job_id).session)
+
+
+# The agent ignores SIGHUP and SIGTERM, so only SIGKILL (after the grace) ends it; it records
+# its own pid and its child's so the test can check that nothing of the job is left.
+STUBBORN = """
+trap '' HUP TERM
+echo $$ > "{pids}"
+sleep 300 &
+echo $! >> "{pids}"
+wait
+"""
+
+
+def _pids(path: Path) -> list[int]:
+    try:
+        return [int(x) for x in path.read_text().split()]
+    except (FileNotFoundError, ValueError):
+        return []
+
+
+def test_wrapper_killed_the_job_ends_and_nothing_of_it_is_left(
+    home: Path, tmux_env, tmp_path: Path
+):
+    pids_file = tmp_path / "pids"
+    job_id = submit_no_wait(home, tmux_env, tmp_path, STUBBORN.format(pids=pids_file))
+    wait_running(home, job_id)
+    agent_pids = retry_until(lambda: len(_pids(pids_file)) == 2 and _pids(pids_file))
+    wrapper = pane_pid(home, job_id)
+    supervisor = supervisor_pid(home, job_id)
+    assert alive(supervisor)
+    os.kill(wrapper, signal.SIGKILL)
+    tmux = Tmux(tmux_env["DELEGATE_TMUX_SOCKET"])
+
+    monitor_once(home, tmux_env)  # the supervisor, woken by the wrapper's exit, may be first
+
+    job = open_state(home).registry.get(job_id)
+    assert job.status is JobState.ERROR
+    assert job.error is not None and job.error.startswith("agent_exited")
+    failed = next(e for e in reconciled(home, job_id) if e["action"] == "fail_job")
+    if failed["evidence"]["exit_signal"] is not None:  # tmux knew how the wrapper ended
+        assert failed["evidence"]["exit_signal"] == 9 and "signal 9" in job.error
+    else:  # tmux 3.3 now and then never learns it
+        assert job.error == "agent_exited: its pane is dead"
+    assert session_of(home, job_id).state is SessionState.TERMINATED
+    # whoever killed the session (the monitor, or the supervisor woken first) gives the
+    # stubborn agent its grace before SIGKILL
+    retry_until(lambda: not any(alive(pid) for pid in agent_pids), timeout=10)
+    assert processes_of_job(job_id) == set()
+    retry_until(lambda: not alive(supervisor), timeout=15)
+    assert [p for p in tmux.panes() if p.job_id == job_id] == []
+    actions = [(e["action"], e["actor"]) for e in reconciled(home, job_id)]
+    assert [a for a, _ in actions].count("fail_job") == 1
+    assert [a for a, _ in actions].count("kill_session") == 1
+
+
+def test_tmux_kill_server_fails_every_running_job(home: Path, tmux_env, tmp_path: Path):
+    ids = [submit_no_wait(home, tmux_env, tmp_path, "sleep 300") for _ in range(3)]
+    for job_id in ids:
+        wait_running(home, job_id)
+    subprocess.run(["tmux", "-L", tmux_env["DELEGATE_TMUX_SOCKET"], "kill-server"], check=True)
+
+    monitor_once(home, tmux_env)
+
+    state = open_state(home)
+    for job_id in ids:
+        job = state.registry.get(job_id)
+        assert job.status is JobState.ERROR, job
+        assert job.error == "tmux_gone" or "SIGHUP" in (job.error or ""), job.error
+    # the sessions follow at once, from whoever saw the server gone
+    sessions = SessionInventory(state.layout.sessions_db)
+    retry_until(
+        lambda: all(
+            sessions.get(f"dlg-{j}").state is SessionState.TERMINATED
+            for j in ids  # type: ignore[union-attr]
+        ),
+        timeout=15,
+    )
+    assert monitor_once(home, tmux_env) == []  # a second pass changes nothing
+
+
+def _publish_raw(state: State, job_id: str, event: str, detail: str = "") -> None:
+    """Put a signed event on the bus without touching the registry: what a publisher on
+    another machine, or one killed between the bus's ack and its own bookkeeping, leaves."""
+    from delegate.bus import open_bus
+    from delegate.protocol import build_envelope, encode, sign
+
+    job = state.registry.get(job_id)
+    seq = job.last_seq + 1
+    envelope = sign(
+        build_envelope(job_id=job_id, seq=seq, event=event, detail=detail), job.auth_token
+    )
+    bus = open_bus(state.bus_url_for(job))
+    try:
+        bus.publish(job_id, encode(envelope), retain=event in ("completed", "error"))
+    finally:
+        bus.close()
+
+
+def test_a_running_monitor_stands_in_for_killed_supervisors(home: Path, tmux_env, tmp_path: Path):
+    done = submit_no_wait(home, tmux_env, tmp_path, "sleep 300")
+    idle = submit_no_wait(home, tmux_env, tmp_path, "sleep 300", "--idle-timeout", "4")
+    for job_id in (done, idle):
+        wait_running(home, job_id)
+        os.kill(supervisor_pid(home, job_id), signal.SIGKILL)
+    state = open_state(home)
+    job = state.registry.get(idle)
+    deadline = parse_timestamp(job.last_event_at or job.started_at or "").timestamp() + 4
+    # start the monitor just before the idle deadline, with an interval far longer than that
+    time.sleep(max(0.0, deadline - 1.0 - time.time()))
+    monitor = start_monitor(home, tmux_env, "--interval", "30")
+    try:
+        _publish_raw(state, done, "completed", "finished elsewhere")
+        retry_until(lambda: state.registry.get(done).status is JobState.COMPLETED, timeout=15)
+        retry_until(lambda: state.registry.get(idle).status.terminal, timeout=15)
+    finally:
+        out, _err = stop_monitor(monitor)
+    applied = [e for e in reconciled(home, done) if e["action"] == "apply_event"]
+    assert len(applied) == 1 and applied[0]["actor"] == "monitor"
+    failed = state.registry.get(idle)
+    assert failed.status is JobState.ERROR and failed.error == "idle_timeout"
+    fail_entry = next(e for e in reconciled(home, idle) if e["action"] == "fail_job")
+    late = parse_timestamp(fail_entry["ts"]).timestamp() - deadline
+    assert 0 <= late < 30, late  # within one interval of the deadline from the record
+    assert late < 3, late  # in fact the monitor woke for the deadline itself
+    printed = {(line["action"], line["job_id"]) for line in json_lines(out)}
+    assert ("apply_event", done) in printed and ("fail_job", idle) in printed
+
+
+def test_a_simulated_reboot_leaves_nothing_open(home: Path, tmux_env, tmp_path: Path):
+    running = [submit_no_wait(home, tmux_env, tmp_path, "sleep 300") for _ in range(2)]
+    for job_id in running:
+        wait_running(home, job_id)
+    state = open_state(home)
+    # a job registered and admitted whose launcher died before tmux started it
+    from delegate.reconcile import Caps, may_start
+    from delegate.tmux import socket_path_for
+
+    orphaned, _ = state.registry.register(agent="shell", workdir=str(tmp_path), session="dlg-late")
+    prompt = tmp_path / "late.sh"
+    prompt.write_text("echo late > late.txt\n")
+    state.registry.update(
+        orphaned.job_id,
+        tmux_socket=socket_path_for(tmux_env["DELEGATE_TMUX_SOCKET"]),
+        idle_timeout_s=60.0,
+    )
+    state.registry.admit(
+        orphaned.job_id,
+        {"argv": ["bash", str(prompt)], "prompt": "file", "prompt_path": str(prompt)},
+        lambda j, others: may_start(j, others, Caps()),
+        {"pid": 2**22 + 1, "start": 1},  # no such process
+    )
+    # the power goes: every process of the toolkit, the agents and tmux die at once
+    tmux_pid = int(
+        subprocess.run(
+            ["tmux", "-L", tmux_env["DELEGATE_TMUX_SOCKET"], "display", "-p", "#{pid}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    victims = {tmux_pid}
+    for job_id in running:
+        victims |= {pane_pid(home, job_id), supervisor_pid(home, job_id)}
+        victims |= processes_of_job(job_id)
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    retry_until(lambda: not any(alive(p) for p in victims), timeout=15)
+
+    actions = monitor_once(home, tmux_env)
+
+    for job_id in running:
+        job = state.registry.get(job_id)
+        assert job.status is JobState.ERROR and job.error == "tmux_gone", job
+        assert session_of(home, job_id).state is SessionState.TERMINATED
+    assert ("launch_job", orphaned.job_id) in {(a["action"], a["job_id"]) for a in actions}
+    retry_until(
+        lambda: state.registry.get(orphaned.job_id).status is JobState.COMPLETED, timeout=30
+    )
+    assert (tmp_path / "late.txt").read_text() == "late\n"
+    assert not [j for j in state.registry.open_jobs()]
+
+
+def test_a_named_session_is_reused_night_after_night(home: Path, tmux_env, tmp_path: Path):
+    for night in (1, 2):
+        result = run_cli(
+            home,
+            "submit",
+            "--agent",
+            "shell",
+            "--workdir",
+            str(tmp_path),
+            "--prompt",
+            f"echo night{night} >> nights.txt",
+            "--session",
+            "nightly",
+            "--idle-timeout",
+            "30",
+            env=tmux_env,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert json_lines(result.stdout)[-1]["event"] == "completed"
+    assert (tmp_path / "nights.txt").read_text() == "night1\nnight2\n"
+    state = open_state(home)
+    jobs = state.registry.list()
+    assert [j.status for j in jobs] == [JobState.COMPLETED, JobState.COMPLETED]
+    history = SessionInventory(state.layout.sessions_db).history("nightly")
+    assert [(h.job_id, h.state) for h in history] == [
+        (jobs[0].job_id, "running"),
+        (jobs[0].job_id, "stopped"),
+        (jobs[1].job_id, "running"),
+        (jobs[1].job_id, "stopped"),
+    ]
+
+
+def test_a_busy_named_session_is_refused_without_harm(home: Path, tmux_env, tmp_path: Path):
+    first = submit_no_wait(home, tmux_env, tmp_path, "sleep 300", "--session", "busy")
+    wait_running(home, first)
+    result = run_cli(
+        home,
+        "submit",
+        "--cmd",
+        "true",
+        "--prompt",
+        "x",
+        "--session",
+        "busy",
+        "--workdir",
+        str(tmp_path),
+        env=tmux_env,
+    )
+    assert result.returncode != 0
+    assert result.stderr.count("\n") == 1 and f"busy with job {first}" in result.stderr
+    assert open_state(home).registry.get(first).status is JobState.RUNNING
+
+
+def test_a_dead_panes_pid_is_never_signalled(home: Path, tmux_env, tmp_path: Path):
+    job_id = submit_no_wait(home, tmux_env, tmp_path, "exit 0")
+    state = open_state(home)
+    retry_until(lambda: state.registry.get(job_id).status is JobState.COMPLETED)
+    tmux = Tmux(tmux_env["DELEGATE_TMUX_SOCKET"])
+    pane = retry_until(lambda: next((p for p in tmux.panes() if p.dead), None))
+    dead_pid = pane.pid
+    assert not alive(dead_pid)
+    # make the kernel hand the dead pane's pid to an unrelated process
+    bystander = None
+    for _attempt in range(50):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as handle:
+            handle.write(str(dead_pid - 1))
+        candidate = subprocess.Popen(["sleep", "300"], env={"PATH": os.environ["PATH"]})
+        if candidate.pid == dead_pid:
+            bystander = candidate
+            break
+        candidate.kill()
+        candidate.wait()
+    assert bystander is not None, "could not reuse the pid"
+    try:
+        # the finished session is removed (kept 0 s), and its pane is listed with that pid
+        assert any(p.pid == dead_pid and p.dead for p in tmux.panes())
+        actions = monitor_once(home, tmux_env, "--keep-finished", "0")
+        assert [(a["action"], a["session"]) for a in actions if a["action"] == "kill_session"] == [
+            ("kill_session", f"dlg-{job_id}")
+        ]
+        assert tmux.panes() == []
+        assert bystander.poll() is None and alive(dead_pid)
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_orphans_are_reported_and_killed_only_when_asked(home: Path, tmux_env, tmp_path: Path):
+    socket = tmux_env["DELEGATE_TMUX_SOCKET"]
+    subprocess.run(["tmux", "-L", socket, "new-session", "-d", "-s", "dlg-0rphan", "sleep 300"])
+    subprocess.run(["tmux", "-L", socket, "new-session", "-d", "-s", "users-own", "sleep 300"])
+    for _ in range(2):
+        actions = monitor_once(home, tmux_env)
+        assert [(a["action"], a["session"], a["killed"]) for a in actions] == [
+            ("orphan", "dlg-0rphan", False)
+        ]
+    tmux = Tmux(socket)
+    assert {p.session for p in tmux.panes(owned_only=False)} == {"dlg-0rphan", "users-own"}
+    actions = monitor_once(home, tmux_env, "--reap-orphans")
+    assert [(a["action"], a["session"], a["killed"]) for a in actions] == [
+        ("orphan", "dlg-0rphan", True)
+    ]
+    assert {p.session for p in tmux.panes(owned_only=False)} == {"users-own"}
+
+
+def test_monitor_stops_cleanly_on_sigterm_and_prints_sentences(home: Path, tmux_env):
+    socket = tmux_env["DELEGATE_TMUX_SOCKET"]
+    subprocess.run(["tmux", "-L", socket, "new-session", "-d", "-s", "dlg-lost", "sleep 300"])
+    proc = subprocess.Popen(
+        delegate_cmd("monitor", "--interval", "0.2"),
+        env=cli_env(home, tmux_env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    retry_until(lambda: (home / "sessions.db").exists(), timeout=15)
+    time.sleep(0.5)  # a few passes
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "orphan session dlg-lost" in out and "reported" in out
+
+
+def test_cancel_says_when_tmux_cannot_be_reached(home: Path, tmux_env, tmp_path: Path):
+    job_id = submit_no_wait(home, tmux_env, tmp_path, "sleep 300")
+    wait_running(home, job_id)
+    # from a shell with no DELEGATE_TMUX_SOCKET: the recorded socket is used
+    env = {k: v for k, v in tmux_env.items() if k != "DELEGATE_TMUX_SOCKET"}
+    wrapper = pane_pid(home, job_id)
+    result = run_cli(home, "cancel", job_id, env=env)
+    assert result.returncode == 0, result.stderr
+    assert not alive(wrapper)
+    assert session_of(home, job_id).state is SessionState.TERMINATED
+
+    other = submit_no_wait(home, tmux_env, tmp_path, "sleep 300")
+    wait_running(home, other)
+    no_tmux = {**env, "PATH": str(tmp_path / "empty-bin")}
+    (tmp_path / "empty-bin").mkdir()
+    result = run_cli(home, "cancel", other, env=no_tmux)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not confirmed terminated" in lines[0]
+    assert session_of(home, other).state is SessionState.RUNNING  # not claimed terminated
+    ps = run_cli(home, "ps", "--json", env=no_tmux)
+    assert "could not be asked" in ps.stderr
+    rows = {r["job_id"]: r for r in json_lines(ps.stdout)}
+    assert rows[other]["tmux"] == "unknown"  # not shown as gone
