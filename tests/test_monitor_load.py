@@ -3,6 +3,7 @@ notifiers, and a broker that goes away before the agent ends."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -82,48 +83,50 @@ def test_max_running_2_with_6_jobs(home: Path, tmux_env, tmp_path: Path):
     assert (tmp_path / "order.txt").read_text().split()[:2] in (["0", "1"], ["1", "0"])
 
 
+def _race_once(state: State, cancel_delay_s: float):
+    """One job, one watcher, then a `completed` publish and a `cancel` released together."""
+    from delegate.errors import IllegalTransition, PublishRefused
+
+    job, _ = state.registry.register(idle_timeout_s=60)
+    publish_event(state, job.job_id, "started")
+    result = {}
+    subscribed = threading.Event()
+
+    def watch() -> None:
+        watcher = Watcher(state, job.job_id)  # SQLite connections stay in their thread
+        subscribed.set()
+        result["outcome"] = watcher.run()
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    assert subscribed.wait(10)
+    barrier = threading.Barrier(2)
+
+    def complete() -> None:
+        barrier.wait()
+        with contextlib.suppress(PublishRefused):  # the cancel was first
+            publish_event(state, job.job_id, "completed")
+
+    def cancel() -> None:
+        barrier.wait()
+        time.sleep(cancel_delay_s)
+        with contextlib.suppress(IllegalTransition):  # the completion was first
+            state.registry.cancel(job.job_id)
+
+    racers = [threading.Thread(target=complete), threading.Thread(target=cancel)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    thread.join(30)
+    return result["outcome"], state.registry.get(job.job_id)
+
+
 def test_cancel_racing_completed_exit_code_and_registry_agree(home: Path):
     state = State.open(env={"DELEGATE_HOME": str(home)})
-    outcomes = Counter()
+    outcomes: Counter[str] = Counter()
     for round_ in range(50):
-        job, _ = state.registry.register(idle_timeout_s=60)
-        publish_event(state, job.job_id, "started")
-        result = {}
-        subscribed = threading.Event()
-
-        def watch(job_id=job.job_id):
-            watcher = Watcher(state, job_id)  # SQLite connections stay in their thread
-            subscribed.set()
-            result["o"] = watcher.run()
-
-        thread = threading.Thread(target=watch)
-        thread.start()
-        assert subscribed.wait(10)
-        barrier = threading.Barrier(2)
-
-        def complete(job_id=job.job_id):
-            barrier.wait()
-            try:
-                publish_event(state, job_id, "completed")
-            except Exception:
-                pass  # refused: the cancel was first
-
-        def cancel(job_id=job.job_id, delay=(round_ % 25) * 0.0004):
-            barrier.wait()
-            time.sleep(delay)
-            try:
-                state.registry.cancel(job_id)
-            except Exception:
-                pass  # illegal: the completion was first
-
-        racers = [threading.Thread(target=complete), threading.Thread(target=cancel)]
-        for racer in racers:
-            racer.start()
-        for racer in racers:
-            racer.join()
-        thread.join(30)
-        final = state.registry.get(job.job_id)
-        outcome = result["o"]
+        outcome, final = _race_once(state, (round_ % 25) * 0.0004)
         assert outcome.exit_code == exit_code_for(final), (outcome, final.status)
         assert outcome.status == final.status.value
         outcomes[final.status.value] += 1
@@ -254,6 +257,11 @@ def own_broker(tmp_path: Path):
 
 def test_broker_stopped_before_the_agent_ends(home: Path, tmux_env, tmp_path: Path, own_broker):
     env = {**tmux_env, "DELEGATE_BUS": own_broker.url}
+    state = State.open(env={"DELEGATE_HOME": str(home), "DELEGATE_BUS": own_broker.url})
+
+    def status_of(job_id: str) -> JobState:
+        return state.registry.get(job_id).status
+
     for outcome, script in (("completed", "exit 0"), ("error", "exit 5")):
         gate = tmp_path / f"gate-{outcome}"
         result = run_cli(
@@ -271,13 +279,11 @@ def test_broker_stopped_before_the_agent_ends(home: Path, tmux_env, tmp_path: Pa
         )
         assert result.returncode == 0, result.stderr
         job_id = json.loads(result.stdout)["job_id"]
-        state = State.open(env={"DELEGATE_HOME": str(home), "DELEGATE_BUS": own_broker.url})
-        retry_until(lambda j=job_id: state.registry.get(j).status is JobState.RUNNING, timeout=30)
+        registry = state.registry
+        retry_until(lambda j=job_id: registry.get(j).status is JobState.RUNNING, timeout=30)
         own_broker.stop()
         gate.touch()
-        job = retry_until(
-            lambda j=job_id: (r := state.registry.get(j)).status.terminal and r, timeout=60
-        )
+        job = retry_until(lambda j=job_id: (r := registry.get(j)).status.terminal and r, timeout=60)
         assert job.status.value == outcome
         recorded = state.audit.read_events(job_id, kind="recorded_without_bus")
         assert len(recorded) == 1 and recorded[0]["event"] == outcome
