@@ -279,11 +279,11 @@ def test_broker_stopped_before_the_agent_ends(home: Path, tmux_env, tmp_path: Pa
         )
         assert result.returncode == 0, result.stderr
         job_id = json.loads(result.stdout)["job_id"]
-        registry = state.registry
-        retry_until(lambda j=job_id: registry.get(j).status is JobState.RUNNING, timeout=30)
+        retry_until(lambda j=job_id: status_of(j) is JobState.RUNNING, timeout=30)
         own_broker.stop()
         gate.touch()
-        job = retry_until(lambda j=job_id: (r := registry.get(j)).status.terminal and r, timeout=60)
+        retry_until(lambda j=job_id: status_of(j).terminal, timeout=60)
+        job = state.registry.get(job_id)
         assert job.status.value == outcome
         recorded = state.audit.read_events(job_id, kind="recorded_without_bus")
         assert len(recorded) == 1 and recorded[0]["event"] == outcome
