@@ -15,6 +15,9 @@ SCRIPTS = [
     "submit_to_started.py",
     "publish_in_pane.py",
     "mqtt.py",
+    "monitor_pass.py",
+    "ps_history.py",
+    "kill_to_error.py",
 ]  # report_scale.py (1M and 10M events) takes many minutes: run it on its own
 
 

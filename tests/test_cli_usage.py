@@ -12,7 +12,21 @@ from delegate import cli, fastcli
 
 from .helpers import assert_one_line_error, json_lines, run_cli
 
-COMMANDS = ["register", "publish", "watch", "jobs", "show", "logs", "cancel", "pick", "doctor"]
+COMMANDS = [
+    "register",
+    "publish",
+    "watch",
+    "jobs",
+    "show",
+    "logs",
+    "cancel",
+    "pick",
+    "doctor",
+    "submit",
+    "ps",
+    "monitor",
+    "report",
+]
 
 
 @pytest.fixture

@@ -109,23 +109,31 @@ class Monitor:
     def _catch_up(self, jobs: list[Job]) -> list[SeenEvent]:
         """Events of open jobs already on an embedded bus (published while no one listened)."""
         seen: list[SeenEvent] = []
+        by_url: dict[str, list[Job]] = {}
         for job in jobs:
             url = self.state.bus_url_for(job)
-            if not url.startswith("sqlite:") or job.status is JobState.QUEUED:
-                continue
+            if url.startswith("sqlite:") and job.status is not JobState.QUEUED:
+                by_url.setdefault(url, []).append(job)
+        for url, group in by_url.items():
             try:
                 bus = open_bus(url)
-                sub = bus.subscribe(job.job_id)
-                try:
-                    while (message := sub.get(timeout=0)) is not None:
-                        event = self._accept(message.job_id, message.payload)
-                        if event is not None:
-                            seen.append(event)
-                finally:
-                    sub.close()
-                    bus.close()
             except DelegateError as exc:
-                log.warning("monitor: could not read the history of job %s: %s", job.job_id, exc)
+                log.warning("monitor: could not read the history on %s: %s", url, exc)
+                continue
+            try:
+                for job in group:
+                    sub = bus.subscribe(job.job_id)
+                    try:
+                        while (message := sub.get(timeout=0)) is not None:
+                            event = self._accept(message.job_id, message.payload)
+                            if event is not None:
+                                seen.append(event)
+                    finally:
+                        sub.close()
+            except DelegateError as exc:
+                log.warning("monitor: could not read the history on %s: %s", url, exc)
+            finally:
+                bus.close()
         return seen
 
     def _accept(self, job_id: str, payload: bytes) -> SeenEvent | None:

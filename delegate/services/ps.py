@@ -11,7 +11,7 @@ import os
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from ..model import Job, JobState
+from ..model import Job, JobState, SessionState
 from ..tmux import Pane, Tmux, TmuxView, socket_path_for
 from .launch import inventory
 from .state import State
@@ -85,7 +85,18 @@ def rows(
         else {s.name: s for s in inventory(state).list()}
     )
     default = socket_path_for(state.env.get("DELEGATE_TMUX_SOCKET"), state.env)
-    sockets = {(j.tmux_socket or default) for j in jobs if j.session}
+    # tmux is asked only about servers where a listed session may still exist: a session whose
+    # row is terminated is gone by the books, and an old history needs no tmux process at all.
+    sockets = {
+        (j.tmux_socket or default)
+        for j in jobs
+        if j.session
+        and (
+            (row := sessions.get(j.session)) is None
+            or row.state is not SessionState.TERMINATED
+            or not j.status.terminal
+        )
+    }
     views: dict[str, TmuxView] = {}
     for socket in sorted(sockets):
         server = (
@@ -110,6 +121,8 @@ def rows(
             pane = None  # the name hosts a later job now
         if job.session is None or (session is not None and session.job_id != job.job_id):
             live = "-"
+        elif view is None and session is not None:
+            live = "gone"  # terminated by the books; tmux was not asked
         elif view is not None and view.status == "unreachable":
             live = "unknown"
         elif pane is None:
