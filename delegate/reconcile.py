@@ -430,7 +430,24 @@ def reconcile(snap: Snapshot, settings: Settings = Settings()) -> list[Action]:
                     )
                 )
             continue
-        if row.state is SessionState.RUNNING and job is not None and job.status.terminal:
+        if (
+            row.state is SessionState.RUNNING
+            and job is not None
+            and job.status is JobState.CANCELLED
+            and not row_pane.dead
+        ):
+            # a cancel that could not reach tmux: its agent still runs, so finish the cancel
+            actions.append(
+                KillSession(
+                    "kill_session",
+                    row.job_id,
+                    f"job {row.job_id} cancelled; its agent was still running",
+                    _pane_evidence(row_pane, row_view),
+                    session=row.name,
+                    socket=row_socket,
+                )
+            )
+        elif row.state is SessionState.RUNNING and job is not None and job.status.terminal:
             actions.append(
                 SetSession(
                     "set_session",
