@@ -123,6 +123,7 @@ class Action:
 class ApplyEvent(Action):
     event: str = ""
     seq: int = 0
+    detail: str = ""
 
     def describe(self) -> str:
         return f"job {self.job_id}: applied its {self.event} event (seq {self.seq})"
@@ -303,6 +304,7 @@ def reconcile(snap: Snapshot, settings: Settings = Settings()) -> list[Action]:
                 {"seq": seen.seq},
                 event=seen.event,
                 seq=seen.seq,
+                detail=seen.detail,
             )
         )
         if event.terminal:

@@ -135,7 +135,63 @@ def outcome_for(returncode: int, clean_exit: str) -> tuple[str, str]:
     return "error", f"agent exited with status {returncode}"
 
 
+class SignalRelay:
+    """Passes SIGHUP/SIGTERM on to the agent's process group, and kills what is left of the
+    group after a grace. Installed before anything else, so a signal that arrives before the
+    agent exists is kept and passed on the moment it starts."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.pgid: int | None = None
+        self._killer: threading.Timer | None = None
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in PASSED_SIGNALS}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if not self.received:
+            self.received.append(signum)
+        self._pass(signum)
+
+    def _pass(self, signum: int) -> None:
+        if self.pgid is None:
+            return
+        if self._killer is None:
+            self._killer = threading.Timer(SIGNAL_GRACE_S, _kill_group, args=(self.pgid,))
+            self._killer.daemon = True
+            self._killer.start()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pgid, signum)
+
+    def attach(self, pgid: int) -> None:
+        self.pgid = pgid
+        if self.received:
+            self._pass(self.received[0])
+
+    def reaped(self) -> None:
+        """The agent was reaped: its group id may be reused once the group is empty."""
+        if self.received and self.pgid is not None:
+            _kill_group(self.pgid)  # what is left of the group
+        if self._killer is not None:
+            self._killer.cancel()
+        self.pgid = None
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    @property
+    def signal_name(self) -> str | None:
+        return signal.Signals(self.received[0]).name if self.received else None
+
+
 def run(job_id: str, state: State | None = None) -> int:
+    relay = SignalRelay()
+    try:
+        return _run(job_id, relay, state)
+    finally:
+        relay.restore()
+
+
+def _run(job_id: str, relay: SignalRelay, state: State | None) -> int:
     state = state or State.open()
     job = state.registry.get(job_id)
     launch = job.launch
@@ -147,6 +203,10 @@ def run(job_id: str, state: State | None = None) -> int:
     except PublishRefused as exc:
         print(f"delegate: not starting the agent: {exc.reason}", file=sys.stderr)
         return 0
+    if relay.signal_name is not None:  # stopped before the agent began: do not begin it
+        with contextlib.suppress(PublishRefused):
+            report(state, job_id, "error", detail=f"the wrapper got {relay.signal_name}")
+        return 128 + relay.received[0]
     prompt_path = Path(str(launch.get("prompt_path", "")))
     mode = launch.get("prompt", "stdin")
     log_path = state.audit.job_dir(job_id, create=True) / "agent.log"
@@ -157,7 +217,9 @@ def run(job_id: str, state: State | None = None) -> int:
     if server is not None:
         env["DELEGATE_PUBLISH_SOCKET"] = str(server.path)
     try:
-        return _run_agent(state, job_id, argv, workdir, env, stdin_spec, prompt_path, log_path)
+        return _run_agent(
+            state, job_id, argv, workdir, env, stdin_spec, prompt_path, log_path, relay
+        )
     finally:
         if server is not None:
             server.close()
@@ -172,6 +234,7 @@ def _run_agent(
     stdin_spec: int,
     prompt_path: Path,
     log_path: Path,
+    relay: SignalRelay,
 ) -> int:
     launch = state.registry.get(job_id).launch
     try:
@@ -187,20 +250,7 @@ def _run_agent(
     except OSError as exc:
         report(state, job_id, "error", detail=f"agent could not start: {exc.strerror}")
         return 127
-    received: list[int] = []
-    # After the grace, the rest of the group is killed; cancelled once the agent is reaped,
-    # since its pid (the group id) may then be reused.
-    killer = threading.Timer(SIGNAL_GRACE_S, _kill_group, args=(agent.pid,))
-    killer.daemon = True
-
-    def pass_signal(signum: int, frame: Any) -> None:
-        if not received:
-            received.append(signum)
-            killer.start()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(agent.pid, signum)
-
-    previous = {sig: signal.signal(sig, pass_signal) for sig in PASSED_SIGNALS}
+    relay.attach(agent.pid)
     threads = []
     if agent.stdin is not None:
         prompt = prompt_path.read_bytes() if prompt_path.is_file() else b""
@@ -213,17 +263,13 @@ def _run_agent(
     for thread in threads:
         thread.start()
     returncode = agent.wait()
-    if received:
-        _kill_group(agent.pid)  # what is left of the group (its leader is a zombie until now)
-    killer.cancel()
+    relay.reaped()
     for thread in threads:
-        thread.join(timeout=0.2 if received else 5)
-    for sig, handler in previous.items():
-        signal.signal(sig, handler)
+        thread.join(timeout=0.2 if relay.received else 5)
 
     if not state.registry.get(job_id).status.terminal:
-        if received:
-            name = signal.Signals(received[0]).name
+        if relay.signal_name is not None:
+            name = relay.signal_name
             event = "error"
             detail = f"the wrapper got {name} and passed it to the agent"
         else:

@@ -350,3 +350,113 @@ def test_the_systemd_unit_names_a_real_command():
         [sys.executable, "-m", "delegate", *args[1:], "--help"], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_an_all_jobs_mqtt_listener_gets_no_retained_outcomes_even_after_reconnect(
+    home: Path, own_broker
+):
+    from delegate.bus import open_bus
+
+    state = State.open(env={"DELEGATE_HOME": str(home), "DELEGATE_BUS": own_broker.url})
+    for _ in range(5):  # five past jobs, each with a retained outcome on the broker
+        job, _ = state.registry.register(bus={"url": own_broker.url})
+        publish_event(state, job.job_id, "started")
+        publish_event(state, job.job_id, "completed")
+    bus = open_bus(own_broker.url)
+    sub = bus.subscribe(None, live_only=True)
+    try:
+        assert sub.get(timeout=1.0) is None
+        live, _ = state.registry.register(bus={"url": own_broker.url})
+        publish_event(state, live.job_id, "started")
+        message = sub.get(timeout=10)
+        assert message is not None and message.job_id == live.job_id
+        sub.ack(message)
+        own_broker.kill()  # the broker goes away and comes back: the client reconnects
+        own_broker.start()
+        publish_event(state, live.job_id, "progress")
+        message = sub.get(timeout=30)
+        assert message is not None and message.job_id == live.job_id
+        assert json.loads(message.payload)["event"] == "progress"
+        sub.ack(message)
+        assert sub.get(timeout=1.0) is None  # and no retained outcome of the five
+    finally:
+        sub.close()
+        bus.close()
+    # while an ordinary one-job subscriber still learns a past outcome at once
+    one = open_bus(own_broker.url).subscribe(job.job_id)
+    try:
+        got = one.get(timeout=10)
+        assert got is not None and json.loads(got.payload)["event"] == "completed"
+    finally:
+        one.close()
+
+
+def test_a_monitor_over_mqtt_applies_what_a_dead_supervisor_missed(
+    home: Path, tmux_env, tmp_path: Path, own_broker
+):
+    from .test_monitor import _publish_raw
+
+    env = {**tmux_env, "DELEGATE_BUS": own_broker.url}
+    job_id = submit_no_wait(home, env, tmp_path, "sleep 300")
+    wait_running(home, job_id)
+    os.kill(supervisor_pid(home, job_id), signal.SIGKILL)
+    monitor = start_monitor(home, env, "--interval", "30")
+    state = State.open(env={"DELEGATE_HOME": str(home), "DELEGATE_BUS": own_broker.url})
+    try:
+        time.sleep(1.0)  # subscribed
+        _publish_raw(state, job_id, "error", "failed on another machine")
+        retry_until(lambda: state.registry.get(job_id).status is JobState.ERROR, timeout=20)
+    finally:
+        out, _err = stop_monitor(monitor)
+    assert state.registry.get(job_id).error == "agent_error: failed on another machine"
+    assert ("apply_event", job_id) in {(a["action"], a["job_id"]) for a in json_lines(out)}
+
+
+def test_sigterm_to_the_wrapper_reaches_the_agent_and_names_the_signal(
+    home: Path, tmux_env, tmp_path: Path
+):
+    marker = tmp_path / "got-term"
+    ready = tmp_path / "trap-set"
+    job_id = submit_no_wait(
+        home,
+        tmux_env,
+        tmp_path,
+        f'trap \'echo term > "{marker}"; exit 0\' TERM\ntouch "{ready}"\nsleep 300 &\nwait',
+    )
+    retry_until(ready.exists, timeout=30)
+    state = open_state(home)
+    os.kill(pane_pid(home, job_id), signal.SIGTERM)
+    retry_until(lambda: state.registry.get(job_id).status.terminal, timeout=20)
+    job = state.registry.get(job_id)
+    assert job.status is JobState.ERROR and "SIGTERM" in (job.error or ""), job.error
+    assert marker.read_text() == "term\n"  # the agent heard it, through its process group
+
+
+def test_submit_wait_on_a_queued_job_waits_through_queue_and_run(
+    home: Path, tmux_env, tmp_path: Path
+):
+    first = submit_no_wait(home, tmux_env, tmp_path, "sleep 1.5", "--max-running", "1")
+    wait_running(home, first)
+    result = run_cli(
+        home,
+        "submit",
+        "--agent",
+        "shell",
+        "--workdir",
+        str(tmp_path),
+        "--prompt",
+        "echo second > second.txt",
+        "--max-running",
+        "1",
+        "--wait",
+        env=tmux_env,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "queued at position 1" in result.stderr
+    assert [e["event"] for e in json_lines(result.stdout)] == ["started", "completed"]
+    state = open_state(home)
+    second = state.registry.get(json_lines(result.stdout)[0]["job_id"])
+    assert parse_timestamp(second.started_at or "") >= parse_timestamp(
+        state.registry.get(first).last_event_at or ""
+    )

@@ -168,3 +168,35 @@ def test_session_inventory_history(tmp_path: Path):
     assert inv.get("nope") is None
     with pytest.raises(SessionError):
         inv.set_state("nope", SessionState.STOPPED, reason="x")
+
+
+def test_max_running_and_notify_from_delegate_toml(tmp_path):
+    import tomllib
+
+    from delegate.errors import ConfigError
+    from delegate.profiles import max_running_caps, notifier, profiles
+
+    source = tmp_path / "delegate.toml"
+    config = tomllib.loads(
+        "max_running = 4\n[profiles.claude]\nmax_running = 2\n"
+        '[profiles.mine]\ncommand = ["mine"]\nmax_running = 1\n'
+        '[notify]\ncommand = ["notify-send", "delegate"]\n'
+    )
+    caps = max_running_caps(config)
+    assert caps.total == 4 and dict(caps.per_agent) == {"claude": 2, "mine": 1}
+    found = profiles(config, source)
+    assert found["claude"].command == ("claude", "-p")  # a cap alone keeps the built-in
+    assert notifier(config, source) == (
+        ["notify-send", "delegate"],
+        ("permission_required", "completed", "error"),
+    )
+    for bad in (
+        "max_running = 0\n",
+        "max_running = true\n",
+        "[notify]\ncommand = 'notify-send'\n",
+        '[notify]\ncommand = ["x"]\nevents = ["nope"]\n',
+    ):
+        with pytest.raises(ConfigError):
+            parsed = tomllib.loads(bad)
+            max_running_caps(parsed)
+            notifier(parsed, source)

@@ -226,7 +226,9 @@ class Reconciler:
         registry = self.state.registry
         if isinstance(action, ApplyEvent):
             assert action.job_id is not None
-            _job, changed = registry.apply_event(action.job_id, EventType(action.event))
+            _job, changed = registry.apply_event(
+                action.job_id, EventType(action.event), detail=action.detail
+            )
             return Done(action) if changed else None
         if isinstance(action, FailJob):
             assert action.job_id is not None
