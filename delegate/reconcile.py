@@ -30,6 +30,8 @@ TMUX_GONE = "tmux_gone"
 WALL_TIMEOUT = "wall_timeout"
 IDLE_TIMEOUT = "idle_timeout"
 NEVER_LAUNCHED = "never_launched"
+# Errors a pass decides; a session whose job ended so is killed, never merely stopped.
+ENDED_BY_RECONCILE = (AGENT_EXITED, TMUX_GONE, WALL_TIMEOUT, IDLE_TIMEOUT, NEVER_LAUNCHED)
 
 
 # --- the concurrency cap -------------------------------------------------------------------
@@ -433,6 +435,24 @@ def reconcile(snap: Snapshot, settings: Settings = Settings()) -> list[Action]:
                 )
             continue
         if (
+            row.state is SessionState.RUNNING
+            and job is not None
+            and job.status is JobState.ERROR
+            and (job.error or "").startswith(ENDED_BY_RECONCILE)
+        ):
+            # failed by a pass (maybe another caller's, maybe one that crashed before its
+            # kill): the kill that goes with that verdict is still due
+            actions.append(
+                KillSession(
+                    "kill_session",
+                    row.job_id,
+                    f"job {row.job_id} {job.error}",
+                    _pane_evidence(row_pane, row_view),
+                    session=row.name,
+                    socket=row_socket,
+                )
+            )
+        elif (
             row.state is SessionState.RUNNING
             and job is not None
             and job.status is JobState.CANCELLED

@@ -429,8 +429,8 @@ class Registry:
                 except (JobNotFound, CorruptRecord, ValueError):
                     marker.unlink(missing_ok=True)
                     continue
-                if job.status is JobState.PENDING:
-                    candidates.append(job)
+                if job.status is JobState.PENDING and not job.launch:
+                    candidates.append(job)  # a job with a launch spec is tmux's, not a picker's
                 else:
                     marker.unlink(missing_ok=True)  # left by a crash after the record moved on
             if not candidates:

@@ -228,7 +228,11 @@ def test_a_simulated_reboot_leaves_nothing_open(home: Path, tmux_env, tmp_path: 
     running = [submit_no_wait(home, tmux_env, tmp_path, "sleep 300") for _ in range(2)]
     for job_id in running:
         wait_running(home, job_id)
+    waiting = submit_no_wait(
+        home, tmux_env, tmp_path, "echo queued > queued.txt", "--max-running", "2"
+    )
     state = open_state(home)
+    assert state.registry.get(waiting).status is JobState.QUEUED
     # a job registered and admitted whose launcher died before tmux started it
     from delegate.reconcile import Caps, may_start
     from delegate.tmux import socket_path_for
@@ -256,7 +260,7 @@ def test_a_simulated_reboot_leaves_nothing_open(home: Path, tmux_env, tmp_path: 
             check=True,
         ).stdout
     )
-    victims = {tmux_pid}
+    victims = {tmux_pid, supervisor_pid(home, waiting)}
     for job_id in running:
         victims |= {pane_pid(home, job_id), supervisor_pid(home, job_id)}
         victims |= processes_of_job(job_id)
@@ -270,11 +274,12 @@ def test_a_simulated_reboot_leaves_nothing_open(home: Path, tmux_env, tmp_path: 
         job = state.registry.get(job_id)
         assert job.status is JobState.ERROR and job.error == "tmux_gone", job
         assert session_of(home, job_id).state is SessionState.TERMINATED
-    assert ("launch_job", orphaned.job_id) in {(a["action"], a["job_id"]) for a in actions}
-    retry_until(
-        lambda: state.registry.get(orphaned.job_id).status is JobState.COMPLETED, timeout=30
-    )
+    launched = {a["job_id"] for a in actions if a["action"] == "launch_job"}
+    assert launched == {orphaned.job_id, waiting}
+    for job_id in launched:
+        retry_until(lambda j=job_id: state.registry.get(j).status is JobState.COMPLETED, timeout=30)
     assert (tmp_path / "late.txt").read_text() == "late\n"
+    assert (tmp_path / "queued.txt").read_text() == "queued\n"
     assert not [j for j in state.registry.open_jobs()]
 
 

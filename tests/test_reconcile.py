@@ -329,3 +329,13 @@ def test_a_second_pass_over_the_outcome_changes_nothing(world, caps):
     second = [a for a in reconcile(after, policy) if not isinstance(a, ReportOrphan)]
     # launched jobs are new facts (their panes are young): only they may act again, never twice
     assert second == [], (first, second)
+
+
+def test_a_kill_lost_to_a_crash_after_the_verdict_is_carried_out_next_pass():
+    failed = job(status=JobState.ERROR, error="idle_timeout")
+    actions = reconcile(snap([failed], [pane(failed)], [row(failed)]))
+    assert [(type(a), a.session) for a in actions] == [(KillSession, failed.session)]
+    # a job that ended by its own report only has its session stopped
+    reported = job(status=JobState.ERROR, error="agent_error: tests failed")
+    actions = reconcile(snap([reported], [pane(reported, dead=True, status=1)], [row(reported)]))
+    assert [(type(a), a.state) for a in actions] == [(SetSession, SessionState.STOPPED)]

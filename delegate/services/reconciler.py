@@ -192,7 +192,7 @@ class Reconciler:
 
     def execute(self, actions: Sequence[Action]) -> list[Done]:
         done: list[Done] = []
-        not_ours: set[str] = set()  # jobs whose FailJob someone else applied first
+        not_ours: set[str] = set()  # jobs that ended otherwise than this pass decided
         for action in actions:
             try:
                 result = self._execute(action, not_ours)
@@ -232,11 +232,15 @@ class Reconciler:
             return Done(action) if changed else None
         if isinstance(action, FailJob):
             assert action.job_id is not None
-            _ended, changed = registry.finish_if_open(
+            ended, changed = registry.finish_if_open(
                 action.job_id, JobState.ERROR, reason=action.reason
             )
             if not changed:
-                not_ours.add(action.job_id)
+                if ended.error != action.reason:
+                    # it ended otherwise (its own event, a cancel): leave its session be
+                    not_ours.add(action.job_id)
+                # else another caller took the same decision: help finish the kill that
+                # follows, which only one of us records
                 return None
             return Done(action)
         if isinstance(action, SetSession):
@@ -249,19 +253,23 @@ class Reconciler:
         if isinstance(action, KillSession):
             if action.follows_fail and action.job_id in not_ours:
                 return None
-            # The transition first: of two callers only one gets it, and only it kills.
-            _row, changed = inventory(self.state).set_state(
+            sessions = inventory(self.state)
+            row = sessions.get(action.session)
+            if row is None or row.state is SessionState.TERMINATED or row.job_id != action.job_id:
+                return None  # someone else finished it, or the name hosts another job now
+            # Kill first and record after: a kill that fails leaves the row as it was, so the
+            # next pass tries again. Two callers may both kill (harmless); only the one whose
+            # transition lands reports and audits it.
+            pids = self.tmux(action.socket or self.default_socket).kill(
+                action.session, job_id=action.job_id
+            )
+            _row, changed = sessions.set_state(
                 action.session,
                 SessionState.TERMINATED,
                 reason=action.reason,
                 job_id=action.job_id,
             )
-            if not changed:
-                return None
-            pids = self.tmux(action.socket or self.default_socket).kill(
-                action.session, job_id=action.job_id
-            )
-            return Done(action, extra={"pids": pids})
+            return Done(action, extra={"pids": pids}) if changed else None
         if isinstance(action, ReportOrphan):
             if action.kill:
                 pids = self.tmux(action.socket).kill(action.session, job_id=action.job_id)
