@@ -50,15 +50,33 @@ def occupies_slot(job: Job) -> bool:
     return job.status is JobState.RUNNING or (job.status is JobState.PENDING and bool(job.launch))
 
 
-def may_start(job: Job, others: Sequence[Job], caps: Caps) -> bool:
-    """Whether `job` may start now beside `others` (the other open jobs)."""
-    active = [j for j in others if occupies_slot(j)]
+def may_start(
+    job: Job,
+    others: Sequence[Job],
+    caps: Caps,
+    busy: Mapping[str, str | None] | None = None,
+) -> bool:
+    """Whether `job` may start now beside `others` (the other open jobs).
+
+    `busy` (job id -> agent) names the jobs whose session is still recorded running: a job
+    that just ended holds its slot until its session is stopped, so the session history never
+    shows more sessions running than the cap allows.
+    """
+    active = {j.job_id: j.agent for j in others if occupies_slot(j)}
+    for job_id, agent in (busy or {}).items():
+        active.setdefault(job_id, agent)
+    active.pop(job.job_id, None)
     if caps.total is not None and len(active) >= caps.total:
         return False
     agent_cap = caps.per_agent.get(job.agent or "")
-    if agent_cap is not None and sum(1 for j in active if j.agent == job.agent) >= agent_cap:
+    if agent_cap is not None and sum(1 for a in active.values() if a == job.agent) >= agent_cap:
         return False
     return job.max_running is None or len(active) < job.max_running
+
+
+def busy_sessions(rows: Sequence[Session]) -> dict[str, str | None]:
+    """Job id -> agent of the session rows still recorded running a job."""
+    return {r.job_id: r.agent for r in rows if r.state is SessionState.RUNNING and r.job_id}
 
 
 # --- what was seen -------------------------------------------------------------------------
@@ -519,11 +537,15 @@ def reconcile(snap: Snapshot, settings: Settings = Settings()) -> list[Action]:
         open_now = [
             j for j in jobs.values() if not j.status.terminal and j.job_id not in ended_by_this_pass
         ]
+        # sessions this pass stops or kills free their slots; the executor carries those
+        # actions out before the launches that follow them
+        closing = {a.session for a in actions if isinstance(a, (SetSession, KillSession))}
+        busy = busy_sessions([r for r in snap.sessions if r.name not in closing])
         for job in sorted(open_now, key=lambda j: (j.created_at, j.job_id)):
             if job.status is not JobState.QUEUED:
                 continue
             others = [j for j in open_now if j.job_id != job.job_id]
-            if not may_start(job, others, settings.caps or Caps()):
+            if not may_start(job, others, settings.caps or Caps(), busy):
                 continue
             actions.append(
                 LaunchJob("launch_job", job.job_id, "a slot is free", {}, expected_launcher=None)

@@ -128,21 +128,20 @@ class Registry:
             self.on_change(job, previous)
         return job
 
-    def _set_pending_marker(self, job_id: str, present: bool) -> None:
-        marker = self.pending_dir / job_id
+    @staticmethod
+    def _set_marker(folder: Path, job_id: str, present: bool) -> None:
+        marker = folder / job_id
         if present:
             marker.touch(mode=0o600)
         else:
             marker.unlink(missing_ok=True)
-        fsync_dir(self.pending_dir)
+        fsync_dir(folder)
+
+    def _set_pending_marker(self, job_id: str, present: bool) -> None:
+        self._set_marker(self.pending_dir, job_id, present)
 
     def _set_open_marker(self, job_id: str, present: bool) -> None:
-        marker = self.open_dir / job_id
-        if present:
-            marker.touch(mode=0o600)
-        else:
-            marker.unlink(missing_ok=True)
-        fsync_dir(self.open_dir)
+        self._set_marker(self.open_dir, job_id, present)
 
     def _build_open_index(self) -> None:
         """Create `open/` from the records once (a state dir from before the index existed)."""

@@ -272,27 +272,26 @@ class SessionInventory:
             ).fetchall()
         return [self._row(r) for r in rows]
 
+    def _where(
+        self, clause: str, params: tuple[object, ...] | builtins.list[str]
+    ) -> builtins.list[Session]:
+        with self._connect() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM sessions WHERE {clause}", params
+            ).fetchall()
+        return [self._row(r) for r in rows]
+
     def live(self) -> builtins.list[Session]:
         """Rows whose tmux session may still exist (running, stopped) or is kept (archived):
         what a reconcile pass needs, without the closed history."""
         marks = ", ".join("?" for _ in LIVE_STATES)
-        with self._connect() as conn:
-            rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM sessions WHERE state IN ({marks}) ORDER BY name",
-                LIVE_STATES,
-            ).fetchall()
-        return [self._row(r) for r in rows]
+        return sorted(self._where(f"state IN ({marks})", LIVE_STATES), key=lambda s: s.name)
 
     def by_names(self, names: builtins.list[str]) -> dict[str, Session]:
         if not names:
             return {}
         marks = ", ".join("?" for _ in names)
-        with self._connect() as conn:
-            rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM sessions WHERE name IN ({marks})",
-                names,
-            ).fetchall()
-        return {r[0]: self._row(r) for r in rows}
+        return {s.name: s for s in self._where(f"name IN ({marks})", names)}
 
     def history(self, name: str | None = None) -> builtins.list[HistoryEntry]:
         query = "SELECT name, job_id, previous, state, reason, at FROM session_history"

@@ -33,6 +33,8 @@ _FIELDS = (
 )
 # What tmux says when no server listens on the socket (never started, killed, or rebooted away).
 _NO_SERVER = ("no server running", "No such file or directory", "Connection refused")
+# What a server that is still up but has no session left says (it exits a moment later).
+_NO_SESSIONS = ("no current target", "no sessions")
 _SEP = "\x1f"  # unit separator: cannot appear in a session name we allow
 
 
@@ -165,6 +167,8 @@ class Tmux:
             text = " ".join(result.stderr).strip()
             if any(marker in text for marker in _NO_SERVER):
                 return TmuxView(self.socket_path, "gone", reason=text)
+            if any(marker in text for marker in _NO_SESSIONS):
+                return TmuxView(self.socket_path, "ok")  # a server whose last session just ended
             return TmuxView(self.socket_path, "unreachable", reason=text or "list-panes failed")
         panes = []
         for line in result.stdout:

@@ -77,3 +77,35 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str]) -> None:
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
     assert lines[0].startswith("delegate: "), lines
+
+
+def submit_shell(
+    home: Path,
+    env: Mapping[str, str],
+    workdir: Path,
+    prompt: str,
+    *args: str,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """`delegate submit --agent shell` of `prompt` (a bash script) in `workdir`, with flags."""
+    return run_cli(
+        home,
+        "submit",
+        "--agent",
+        "shell",
+        "--workdir",
+        str(workdir),
+        "--prompt",
+        prompt,
+        *args,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def read_pids(path: Path) -> list[int]:
+    """The pids a test agent wrote, one per line (none yet while it starts)."""
+    try:
+        return [int(x) for x in path.read_text().split()]
+    except (FileNotFoundError, ValueError):
+        return []

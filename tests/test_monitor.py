@@ -19,7 +19,15 @@ from delegate.services.state import State
 from delegate.sessions import SessionInventory
 from delegate.tmux import Tmux, alive, processes_of_job
 
-from .helpers import cli_env, delegate_cmd, json_lines, retry_until, run_cli
+from .helpers import (
+    cli_env,
+    delegate_cmd,
+    json_lines,
+    read_pids,
+    retry_until,
+    run_cli,
+    submit_shell,
+)
 
 
 def open_state(home: Path) -> State:
@@ -27,21 +35,7 @@ def open_state(home: Path) -> State:
 
 
 def submit_no_wait(home: Path, env: dict[str, str], workdir: Path, prompt: str, *args: str) -> str:
-    result = run_cli(
-        home,
-        "submit",
-        "--agent",
-        "shell",
-        "--workdir",
-        str(workdir),
-        "--prompt",
-        prompt,
-        "--no-wait",
-        "--json",
-        *args,
-        env=env,
-        timeout=60,
-    )
+    result = submit_shell(home, env, workdir, prompt, "--no-wait", "--json", *args)
     assert result.returncode == 0, result.stderr
     return str(json.loads(result.stdout)["job_id"])
 
@@ -109,20 +103,13 @@ wait
 """
 
 
-def _pids(path: Path) -> list[int]:
-    try:
-        return [int(x) for x in path.read_text().split()]
-    except (FileNotFoundError, ValueError):
-        return []
-
-
 def test_wrapper_killed_the_job_ends_and_nothing_of_it_is_left(
     home: Path, tmux_env, tmp_path: Path
 ):
     pids_file = tmp_path / "pids"
     job_id = submit_no_wait(home, tmux_env, tmp_path, STUBBORN.format(pids=pids_file))
     wait_running(home, job_id)
-    agent_pids = retry_until(lambda: len(_pids(pids_file)) == 2 and _pids(pids_file))
+    agent_pids = retry_until(lambda: len(read_pids(pids_file)) == 2 and read_pids(pids_file))
     wrapper = pane_pid(home, job_id)
     supervisor = supervisor_pid(home, job_id)
     assert alive(supervisor)
@@ -285,21 +272,15 @@ def test_a_simulated_reboot_leaves_nothing_open(home: Path, tmux_env, tmp_path: 
 
 def test_a_named_session_is_reused_night_after_night(home: Path, tmux_env, tmp_path: Path):
     for night in (1, 2):
-        result = run_cli(
+        result = submit_shell(
             home,
-            "submit",
-            "--agent",
-            "shell",
-            "--workdir",
-            str(tmp_path),
-            "--prompt",
+            tmux_env,
+            tmp_path,
             f"echo night{night} >> nights.txt",
             "--session",
             "nightly",
             "--idle-timeout",
             "30",
-            env=tmux_env,
-            timeout=60,
         )
         assert result.returncode == 0, result.stderr
         assert json_lines(result.stdout)[-1]["event"] == "completed"

@@ -23,7 +23,7 @@ from delegate.services.state import State
 from delegate.services.watch import Watcher, exit_code_for
 from delegate.sessions import SessionInventory
 
-from .helpers import json_lines, retry_until, run_cli
+from .helpers import json_lines, retry_until, run_cli, submit_shell
 from .mqtt_fixtures import PLAIN, Broker, _user, free_port
 from .test_monitor import (
     monitor_once,
@@ -40,20 +40,15 @@ from .test_monitor import (
 def test_max_running_2_with_6_jobs(home: Path, tmux_env, tmp_path: Path):
     ids = []
     for i in range(6):
-        result = run_cli(
+        result = submit_shell(
             home,
-            "submit",
-            "--agent",
-            "shell",
-            "--workdir",
-            str(tmp_path),
-            "--prompt",
+            tmux_env,
+            tmp_path,
             f"sleep 2; echo {i} >> order.txt",
             "--no-wait",
             "--json",
             "--max-running",
             "2",
-            env=tmux_env,
         )
         assert result.returncode == 0, result.stderr
         ids.append(json.loads(result.stdout)["job_id"])
@@ -236,10 +231,19 @@ def test_two_monitors_over_20_jobs_act_once_each(home: Path, tmux_env, tmp_path:
             assert kinds[("fail_job", None, None)] == 1
         else:
             assert job.status is JobState.COMPLETED
-        assert sum(n for (a, _s, _st), n in kinds.items() if a == "kill_session") == 1
+        # the session ended once: killed by one monitor (the other, seeing it gone a moment
+        # later, may be the one whose "terminated" lands; either way one transition)
+        ended = [
+            key
+            for key in kinds
+            if key[0] == "kill_session" or (key[0] == "set_session" and key[2] == "terminated")
+        ]
+        assert len(ended) == 1, (job_id, kinds)
     printed = [json.loads(line) for out in outs for line in out.splitlines() if line.strip()]
     taken = Counter(
-        (p["action"], p["job_id"], p.get("state")) for p in printed if p["action"] != "orphan"
+        (p["action"], p["job_id"], p.get("state"))
+        for p in printed
+        if p["action"] != "orphan" and not p.get("note", "").startswith("failed")
     )
     assert all(n == 1 for n in taken.values()), taken
 
@@ -264,18 +268,13 @@ def test_broker_stopped_before_the_agent_ends(home: Path, tmux_env, tmp_path: Pa
 
     for outcome, script in (("completed", "exit 0"), ("error", "exit 5")):
         gate = tmp_path / f"gate-{outcome}"
-        result = run_cli(
+        result = submit_shell(
             home,
-            "submit",
-            "--agent",
-            "shell",
-            "--workdir",
-            str(tmp_path),
-            "--prompt",
+            env,
+            tmp_path,
             f'while [ ! -e "{gate}" ]; do sleep 0.05; done; {script}',
             "--no-wait",
             "--json",
-            env=env,
         )
         assert result.returncode == 0, result.stderr
         job_id = json.loads(result.stdout)["job_id"]
@@ -437,20 +436,8 @@ def test_submit_wait_on_a_queued_job_waits_through_queue_and_run(
 ):
     first = submit_no_wait(home, tmux_env, tmp_path, "sleep 1.5", "--max-running", "1")
     wait_running(home, first)
-    result = run_cli(
-        home,
-        "submit",
-        "--agent",
-        "shell",
-        "--workdir",
-        str(tmp_path),
-        "--prompt",
-        "echo second > second.txt",
-        "--max-running",
-        "1",
-        "--wait",
-        env=tmux_env,
-        timeout=60,
+    result = submit_shell(
+        home, tmux_env, tmp_path, "echo second > second.txt", "--max-running", "1", "--wait"
     )
     assert result.returncode == 0, result.stderr
     assert "queued at position 1" in result.stderr

@@ -16,7 +16,15 @@ from delegate.services.state import State
 from delegate.sessions import SessionInventory
 from delegate.tmux import Tmux, alive
 
-from .helpers import cli_env, delegate_cmd, json_lines, retry_until, run_cli
+from .helpers import (
+    cli_env,
+    delegate_cmd,
+    json_lines,
+    read_pids,
+    retry_until,
+    run_cli,
+    submit_shell,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,13 +35,6 @@ def open_state(home: Path) -> State:
 
 def submit(home: Path, env: dict[str, str], *args: str, timeout: float = 120):
     return run_cli(home, "submit", *args, env=env, timeout=timeout)
-
-
-def submit_shell(home: Path, env: dict[str, str], workdir: Path, prompt: str, *args: str):
-    """`delegate submit --agent shell` of `prompt` in `workdir`, with extra flags."""
-    return submit(
-        home, env, "--agent", "shell", "--workdir", str(workdir), "--prompt", prompt, *args
-    )
 
 
 def job_of(result) -> str:
@@ -91,13 +92,6 @@ wait
 """
 
 
-def _pids(path: Path) -> list[int]:
-    try:
-        return [int(x) for x in path.read_text().split()]
-    except (FileNotFoundError, ValueError):
-        return []
-
-
 def test_a_hanging_job_times_out_and_leaves_no_process(home: Path, tmux_env, tmp_path: Path):
     pids_file = tmp_path / "pids"
     result = submit_shell(
@@ -109,7 +103,7 @@ def test_a_hanging_job_times_out_and_leaves_no_process(home: Path, tmux_env, tmp
         "2",
     )
     assert result.returncode == 2, result.stderr
-    pids = _pids(pids_file)
+    pids = read_pids(pids_file)
     assert len(pids) == 4, pids  # the script, a sleep, a nested shell and its sleep
     state = open_state(home)
     job = state.registry.get(job_of(result))
@@ -241,7 +235,7 @@ def test_cancel_kills_the_agent_and_its_children(home: Path, tmux_env, tmp_path:
     )
     assert result.returncode == 0, result.stderr
     job_id = json.loads(result.stdout)["job_id"]
-    pids = retry_until(lambda: len(_pids(pids_file)) == 4 and _pids(pids_file), timeout=30)
+    pids = retry_until(lambda: len(read_pids(pids_file)) == 4 and read_pids(pids_file), timeout=30)
     state = open_state(home)
     assert state.registry.get(job_id).status is JobState.RUNNING
     pane_pid = SessionInventory(state.layout.sessions_db).get(f"dlg-{job_id}").pane_pid

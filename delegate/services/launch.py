@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from ..errors import DelegateError
 from ..fsio import path_with
 from ..model import Job, SessionState
 from ..profiles import config_path, load_config, max_running_caps
-from ..reconcile import Caps, may_start
+from ..reconcile import Caps, busy_sessions, may_start
 from ..sessions import SessionError, SessionInventory
 from ..tmux import SOCKET_ENV, Tmux, process_start
 from .state import State
@@ -33,6 +33,15 @@ def inventory(state: State) -> SessionInventory:
 def caps(state: State) -> Caps:
     """The caps every process reads: `max_running` of delegate.toml, global and per profile."""
     return max_running_caps(load_config(config_path(state.layout.home, state.env)))
+
+
+def start_policy(state: State, cap: Caps) -> Callable[[Job, list[Job]], bool]:
+    """The cap check the registry runs under its lock: open jobs, and sessions still running."""
+
+    def decide(job: Job, others: list[Job]) -> bool:
+        return may_start(job, others, cap, busy_sessions(inventory(state).live()))
+
+    return decide
 
 
 def this_launcher() -> dict[str, Any]:
@@ -120,7 +129,7 @@ def claim_and_launch(
         job_id,
         this_launcher(),
         expected_launcher=dict(expected_launcher) if expected_launcher is not None else None,
-        may_start=lambda j, others: may_start(j, others, cap),
+        may_start=start_policy(state, cap),
     )
     if job is None:
         return None

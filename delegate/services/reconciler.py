@@ -41,6 +41,7 @@ from .state import State
 log = get_logger(__name__)
 
 RECONCILED = "reconciled"  # the audit kind of an action taken
+RECONCILE_FAILED = "reconcile_failed"  # an action tried and not carried out (retried next pass)
 
 
 @dataclass
@@ -200,7 +201,7 @@ class Reconciler:
                 log.warning("%s: could not carry out %s: %s", self.actor, action.kind, exc)
                 result = Done(action, note=f"failed: {exc}")
                 if isinstance(action, (FailJob, KillSession, LaunchJob)):
-                    self._audit(result)
+                    self._audit(result, kind=RECONCILE_FAILED)
                 self.report(result)
                 done.append(result)
                 continue
@@ -211,14 +212,14 @@ class Reconciler:
             done.append(result)
         return done
 
-    def _audit(self, done: Done) -> None:
+    def _audit(self, done: Done, *, kind: str = RECONCILED) -> None:
         job_id = done.action.job_id
         if not job_id:
             return
         entry = done.to_dict()
         entry.pop("job_id", None)
         try:
-            self.state.audit.append(job_id, RECONCILED, actor=self.actor, **entry)
+            self.state.audit.append(job_id, kind, actor=self.actor, **entry)
         except (OSError, DelegateError) as exc:
             log.warning("could not audit %s for job %s: %s", done.action.kind, job_id, exc)
 

@@ -18,7 +18,7 @@ from ..errors import DelegateError, UsageError
 from ..fsio import atomic_write
 from ..model import Job, JobState, SessionState
 from ..profiles import Profile, config_path, load_config, resolve
-from ..reconcile import SESSION_PREFIX, may_start
+from ..reconcile import SESSION_PREFIX
 from ..tmux import Tmux, TmuxUnreachable, validate_session_name
 from .jobs import register_job
 from .launch import (
@@ -27,6 +27,7 @@ from .launch import (
     inventory,
     launch_in_tmux,
     start_detached_supervisor,
+    start_policy,
     this_launcher,
     tmux_for,
 )
@@ -172,9 +173,8 @@ def _admit(
         max_running=request.max_running,
         notify=notify,
     )
-    cap = caps(state)
     return state.registry.admit(
-        job.job_id, launch, lambda j, others: may_start(j, others, cap), this_launcher()
+        job.job_id, launch, start_policy(state, caps(state)), this_launcher()
     )
 
 

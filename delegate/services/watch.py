@@ -25,9 +25,9 @@ from .. import audit
 from .._logging import get_logger
 from ..bus import Message, Subscription
 from ..fsio import atomic_write
-from ..model import EventType, Job, JobState
+from ..model import EventType, Job, JobState, SessionState
 from ..protocol import Accepted, Receiver, Rejected
-from ..reconcile import LaunchJob, next_deadline_s
+from ..reconcile import LaunchJob, SetSession, next_deadline_s
 from .state import State
 
 log = get_logger(__name__)
@@ -43,7 +43,7 @@ RECORD_POLL_S = 0.2
 END_GRACE_S = 2.0
 # A supervisor asks tmux about its job this often, and at once when its wrapper's pidfd fires.
 SUPERVISE_TMUX_S = 5.0
-QUEUE_CHECK_S = 1.0
+QUEUE_CHECK_S = 1.0  # a queued job's supervisor looks for a free slot this often
 
 
 @dataclass(frozen=True)
@@ -192,8 +192,13 @@ class Watcher:
         if job.status is JobState.QUEUED:
             if now >= state["queue"]:
                 state["queue"] = now + QUEUE_CHECK_S
+                # tmux too: a finished job's session still recorded running holds its slot
+                # until someone stops it, and that may have to be this waiting supervisor
                 self.reconciler().run_pass(
-                    sockets=(), keep=lambda a: isinstance(a, LaunchJob) and a.job_id == own
+                    keep=lambda a: (
+                        (isinstance(a, LaunchJob) and a.job_id == own)
+                        or (isinstance(a, SetSession) and a.state is SessionState.STOPPED)
+                    )
                 )
             return
         died = self._wrapper_died(job)
