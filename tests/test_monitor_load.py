@@ -370,6 +370,7 @@ def test_an_all_jobs_mqtt_listener_gets_no_retained_outcomes_even_after_reconnec
         message = sub.get(timeout=10)
         assert message is not None and message.job_id == live.job_id
         sub.ack(message)
+        own_broker.wait_for_save()  # our session (and its subscription) is on the broker's disk
         own_broker.kill()  # the broker goes away and comes back: the client reconnects
         own_broker.start()
         publish_event(state, live.job_id, "progress")

@@ -18,6 +18,7 @@ import select
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from ..fsio import atomic_write
 from ..model import EventType, Job, JobState, SessionState
 from ..protocol import Accepted, Receiver, Rejected
 from ..reconcile import LaunchJob, SetSession, next_deadline_s
+from .notify import notify
 from .state import State
 
 log = get_logger(__name__)
@@ -97,7 +99,6 @@ class Watcher:
         self.actor = actor
         self._reconciler: Any = None
         self._pidfd: int | None = None
-        self._pane_pid: int | None = None
         self._pane_gone = False
         self.receiver = Receiver(job_id, self.job.auth_token)
         self.bus = state.open_bus_for(self.job)
@@ -130,8 +131,6 @@ class Watcher:
             self.state.registry.apply_event(
                 self.job_id, event, detail=str(envelope.get("detail", ""))
             )
-            from .notify import notify
-
             notify(self.state, self.job, envelope, actor=self.actor)
         else:
             excerpt = message.payload[:200].decode("utf-8", "replace")
@@ -171,7 +170,6 @@ class Watcher:
 
             row = inventory(self.state).get(job.session)
             if row is not None and row.job_id == self.job_id and row.pane_pid:
-                self._pane_pid = row.pane_pid
                 try:
                     self._pidfd = os.pidfd_open(row.pane_pid)
                 except ProcessLookupError:
@@ -203,8 +201,6 @@ class Watcher:
             return
         died = self._wrapper_died(job)
         ask_tmux = died or now >= state["tmux"]
-        from datetime import UTC, datetime
-
         due = next_deadline_s(job, datetime.now(UTC)) == 0.0
         if not (ask_tmux or due):
             return
