@@ -21,10 +21,26 @@ TEMP_SUFFIX = ".tmp"
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create `path` (and parents) if needed and make sure it is mode 0700."""
-    path.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
-    if (path.stat().st_mode & 0o777) != PRIVATE_DIR:
-        os.chmod(path, PRIVATE_DIR)
+    """Create `path` and any missing parents, each mode 0700; return it.
+
+    A folder that already exists keeps its mode: the toolkit never tightens (or loosens) a
+    folder it did not create, such as a shared 1777 folder that holds a bus, or `/tmp`.
+    """
+    missing = []
+    current = path
+    while not current.exists():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=PRIVATE_DIR)
+        except FileExistsError:
+            continue  # made by someone else meanwhile: theirs, so its mode stays
+        os.chmod(folder, PRIVATE_DIR)  # exactly 0700, whatever the umask
+    if not path.is_dir():
+        raise NotADirectoryError(f"{path} is not a folder")
     return path
 
 

@@ -170,12 +170,37 @@ def test_records_are_0600_and_the_state_dir_0700(state: State):
         assert mode(path) == 0o600, path
 
 
-def test_an_existing_loose_state_dir_is_tightened(tmp_path: Path):
+def test_a_state_dir_the_user_made_keeps_its_mode_and_doctor_warns(tmp_path: Path):
+    from delegate.services.doctor import run_checks
+
     home = tmp_path / "loose"
     home.mkdir(mode=0o755)
     os.chmod(home, 0o755)
-    State.open(env={"DELEGATE_HOME": str(home)})
-    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    state = State.open(env={"DELEGATE_HOME": str(home)})
+    assert stat.S_IMODE(home.stat().st_mode) == 0o755  # not ours to change
+    assert stat.S_IMODE(state.layout.jobs.stat().st_mode) == 0o700  # ours: private
+    [check] = [c for c in run_checks(state) if c.name == "state_dir"]
+    assert check.status == "warn" and "readable by others" in check.detail
+
+
+def test_a_shared_1777_folder_holding_a_bus_keeps_its_mode(tmp_path: Path):
+    from delegate.bus import open_bus
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    bus = open_bus(f"sqlite://{shared / 'bus.db'}")
+    try:
+        bus.publish("0badc0de", b"x" * 10_000)  # a blob folder too
+    finally:
+        bus.close()
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+    assert stat.S_IMODE((shared / "bus.db").stat().st_mode) == 0o600
+    assert stat.S_IMODE((shared / "blobs").stat().st_mode) == 0o700
+    fresh = tmp_path / "a" / "b" / "c"
+    open_bus(f"sqlite://{fresh / 'bus.db'}").close()
+    for folder in (tmp_path / "a", tmp_path / "a" / "b", fresh):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
 
 
 def test_corrupt_record_is_quarantined_never_replaced(state: State):

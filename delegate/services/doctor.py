@@ -34,7 +34,11 @@ def run_checks(state: State) -> list[Check]:
     checks: list[Check] = []
     home = state.layout.home
     mode = _mode(home)
-    checks.append(Check("state_dir", OK if mode == 0o700 else WARN, f"{home} (mode {mode:o})"))
+    if mode & 0o077:
+        detail = f"{home} (mode {mode:o}) is readable by others: chmod 700 it"
+        checks.append(Check("state_dir", WARN, detail))
+    else:
+        checks.append(Check("state_dir", OK, f"{home} (mode {mode:o})"))
 
     quarantined = state.registry.quarantined()
     if quarantined:
