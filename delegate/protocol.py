@@ -213,18 +213,53 @@ class Receiver:
 
 # --- redaction ------------------------------------------------------------------------------
 
+# Key names whose values are secrets. In text they must meet a separator (`=`, `:`) right after
+# the name (with optional quotes, so JSON counts): `password=x`, `"api_key": "x"`, `pass=x`
+# (a bare PASS only right before the separator, so "passed: 3" stays).
+_SECRET_KEY_TEXT = (  # noqa: S105 - a pattern of key names, not a password
+    r"[A-Z0-9_.-]*(?:PASSWORD|PASSWD|PASSPHRASE|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|"
+    r"CREDENTIALS?|AUTH)[A-Z0-9_.-]*|[A-Z0-9_.-]*PASS"
+)
 _SECRET_ASSIGNMENT = re.compile(
-    r"(?i)\b([A-Z0-9_.-]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY|ACCESS_?KEY|"
-    r"PRIVATE_?KEY|CREDENTIALS?|AUTH)[A-Z0-9_.-]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)"
+    rf"(?i)(?<![A-Za-z0-9_.-])([\"']?)({_SECRET_KEY_TEXT})\1(\s*[=:]\s*)"
+    r"(\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s,;}\]]+)"
+)
+# In `data`, a value under such a key is replaced whole, at any depth; `key` alone counts too.
+_SECRET_KEY_NAME = re.compile(
+    r"(?i)(?:password|passwd|passphrase|^pass$|secret|token|key|credential|auth(?!or))"
 )
 _BEARER = re.compile(r"(?i)\b(bearer|token|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
 _KNOWN_TOKENS = re.compile(
     r"\b(?:sk-[A-Za-z0-9_-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|"
     r"xox[abprs]-[A-Za-z0-9-]{10,}|glpat-[A-Za-z0-9_-]{16,})"
 )
+_PEM_PRIVATE_KEY = re.compile(
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
+    re.DOTALL,
+)
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]+):[^@\s/]+@")
 _ABS_PATH = re.compile(r"(?<![\w.~:/\\-])(?:~|/)(?:[^\s'\"`:;,()<>]*/)*([^\s'\"`:;,()<>/]*)")
 REDACTED = "[REDACTED]"
+
+
+def redact_secrets(text: str, *, secrets: Iterable[str] = ()) -> str:
+    """`text` without secrets: the given ones (a job's token) wherever they appear, URL
+    credentials, bearer tokens, `key=value` and JSON-style secret assignments, provider keys
+    (`sk-`, `ghp_`, `AKIA`, `xox`, `glpat-`) and PEM private key blocks."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, REDACTED)
+    text = _PEM_PRIVATE_KEY.sub(REDACTED, text)
+    text = _URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    text = _SECRET_ASSIGNMENT.sub(_assignment, text)
+    return _KNOWN_TOKENS.sub(REDACTED, text)
+
+
+def _assignment(match: re.Match[str]) -> str:
+    quote, name, separator, value = match.groups()
+    hidden = f"{value[0]}{REDACTED}{value[0]}" if value[0] in "\"'" else REDACTED
+    return f"{quote}{name}{quote}{separator}{hidden}"
 
 
 def redact(text: str, *, home: str | None = None, secrets: Iterable[str] = ()) -> str:
@@ -233,13 +268,7 @@ def redact(text: str, *, home: str | None = None, secrets: Iterable[str] = ()) -
     Paths keep only their last component (`/home/u/repo/app.py` becomes `.../app.py`), so a
     detail stays useful without telling where things live.
     """
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, REDACTED)
-    text = _URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
-    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
-    text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
-    text = _KNOWN_TOKENS.sub(REDACTED, text)
+    text = redact_secrets(text, secrets=secrets)
     home = home if home is not None else os.path.expanduser("~")
     if home and home not in ("/", "~"):
         text = text.replace(home.rstrip("/"), "~")
@@ -247,6 +276,26 @@ def redact(text: str, *, home: str | None = None, secrets: Iterable[str] = ()) -
     if len(text) > MAX_DETAIL_CHARS:
         text = text[: MAX_DETAIL_CHARS - 1] + "\u2026"
     return text
+
+
+def redact_data(value: Any, *, secrets: Iterable[str] = (), hidden: bool = False) -> Any:
+    """`data` made safe at any depth: strings under secret-like keys are replaced whole, every
+    string (keys too) loses its secrets. Numbers stay (`"input_tokens": 1200` is no secret),
+    and so do paths: data is for machines."""
+    secrets = tuple(secrets)
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            secret_key = hidden or _SECRET_KEY_NAME.search(str(key)) is not None
+            out[redact_secrets(str(key), secrets=secrets)] = redact_data(
+                item, secrets=secrets, hidden=secret_key
+            )
+        return out
+    if isinstance(value, list):
+        return [redact_data(item, secrets=secrets, hidden=hidden) for item in value]
+    if isinstance(value, str):
+        return REDACTED if hidden and value else redact_secrets(value, secrets=secrets)
+    return value
 
 
 def _shorten_path(match: re.Match[str]) -> str:

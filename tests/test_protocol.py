@@ -5,7 +5,7 @@ import hmac
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from delegate import protocol
@@ -201,6 +201,20 @@ def test_a_message_of_exactly_the_limit_is_not_too_large():
             [],
             ["3/4", "and/or", "https://example.com/a/b"],
         ),
+        (
+            '{"password": "hunter2", "user": "bob"}',
+            ["hunter2"],
+            ['"password": "[REDACTED]"', "bob"],
+        ),
+        ("pass=hunter2 and 3 tests passed: all", ["hunter2"], ["pass=[REDACTED]", "passed: all"]),
+        ("db_pass: 'hunter2'", ["hunter2"], ["[REDACTED]"]),
+        ("AKIAABCDEFGHIJKLMNOP and ghp_" + "a" * 30, ["AKIAABCD", "ghp_aaaa"], ["[REDACTED]"]),
+        ("xoxb-1234567890-abc and glpat-" + "b" * 20, ["xoxb-123", "glpat-bbb"], []),
+        (
+            "key:\n-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nabc\n-----END RSA PRIVATE KEY-----\nok",
+            ["MIIEow", "BEGIN RSA"],
+            ["[REDACTED]", "ok"],
+        ),
     ],
     ids=[
         "abs-path",
@@ -212,6 +226,12 @@ def test_a_message_of_exactly_the_limit_is_not_too_large():
         "url-creds",
         "job-token",
         "harmless",
+        "json-password",
+        "pass-not-passed",
+        "quoted-pass",
+        "aws-github",
+        "slack-gitlab",
+        "pem",
     ],
 )
 def test_redaction(text, must_not_contain, must_contain):
@@ -224,3 +244,81 @@ def test_redaction(text, must_not_contain, must_contain):
 
 def test_redaction_caps_length():
     assert len(redact("x" * 5000, home="/h")) == protocol.MAX_DETAIL_CHARS
+
+
+def test_data_is_redacted_at_any_depth_but_keeps_numbers_and_paths():
+    data = {
+        "result": {"api_key": "abc123", "path": "/home/alice/repo/app.py"},
+        "usage": {"input_tokens": 1200, "output_tokens": 300},
+        "items": [{"password": "hunter2"}, "Bearer abcdefghijklmnop", f"x{TOKEN}y"],
+        "author": "Ada",
+        "credentials": {"user": "u", "secret": ["s1", "s2"]},
+    }
+    out = protocol.redact_data(data, secrets=[TOKEN])
+    assert out["result"] == {"api_key": "[REDACTED]", "path": "/home/alice/repo/app.py"}
+    assert out["usage"] == {"input_tokens": 1200, "output_tokens": 300}
+    assert out["items"][0] == {"password": "[REDACTED]"}
+    assert "abcdefghijklmnop" not in out["items"][1] and TOKEN not in out["items"][2]
+    assert out["author"] == "Ada"
+    assert out["credentials"] == {"user": "[REDACTED]", "secret": ["[REDACTED]", "[REDACTED]"]}
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=30),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _plant(value, token: str, where: int):
+    """Put `token` into one string (value or key) of `value`, chosen by `where`."""
+    strings = []
+
+    def walk(node, path):
+        if isinstance(node, str):
+            strings.append(path)
+        elif isinstance(node, list):
+            for i, item in enumerate(node):
+                walk(item, (*path, i))
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                strings.append((*path, ("key", key)))
+                walk(item, (*path, key))
+
+    walk(value, ())
+    if not strings:
+        return {"planted": f"..{token}.."}
+    target = strings[where % len(strings)]
+
+    def rebuild(node, path):
+        if not path:
+            return f"{node[:3]}{token}{node[3:]}" if isinstance(node, str) else node
+        head, rest = path[0], path[1:]
+        if isinstance(head, tuple):  # a key
+            _, key = head
+            return {(f"{key}{token}" if k == key else k): v for k, v in node.items()}
+        if isinstance(node, list):
+            return [rebuild(item, rest) if i == head else item for i, item in enumerate(node)]
+        return {k: (rebuild(v, rest) if k == head else v) for k, v in node.items()}
+
+    return rebuild(value, target)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    prefix=st.text(max_size=60),
+    suffix=st.text(max_size=60),
+    data=_JSONISH,
+    where=st.integers(0, 1000),
+)
+def test_a_jobs_token_never_survives_redaction(prefix, suffix, data, where):
+    import secrets as secret_tokens
+
+    token = secret_tokens.token_urlsafe(32)
+    detail = redact(prefix + token + suffix, home="/home/alice", secrets=[token])
+    assert token not in detail
+    planted = _plant(data if isinstance(data, (dict, list)) else [data], token, where)
+    out = protocol.redact_data(planted, secrets=[token])
+    assert token not in json.dumps(out, ensure_ascii=False)

@@ -13,7 +13,7 @@ from .. import audit
 from .._logging import get_logger
 from ..errors import BusError, DelegateError, UsageError
 from ..model import EVENT_TARGET_STATE, EventType, validate_job_id
-from ..protocol import MAX_MESSAGE_BYTES, build_envelope, encode, redact, sign
+from ..protocol import MAX_MESSAGE_BYTES, build_envelope, encode, redact, redact_data, sign
 from .state import State
 
 log = get_logger(__name__)
@@ -63,6 +63,7 @@ def publish_event(
     event = parse_event(event_name)
     job = state.registry.get(job_id)
     safe_detail = redact(detail or "", secrets=(job.auth_token,))
+    data = redact_data(data, secrets=(job.auth_token,)) if data else data
     try:
         probe = encode(
             sign(
