@@ -216,9 +216,11 @@ class Receiver:
 # Key names whose values are secrets. In text they must meet a separator (`=`, `:`) right after
 # the name (with optional quotes, so JSON counts): `password=x`, `"api_key": "x"`, `pass=x`
 # (a bare PASS only right before the separator, so "passed: 3" stays).
-_SECRET_KEY_TEXT = (  # noqa: S105 - a pattern of key names, not a password
-    r"[A-Z0-9_.-]*(?:PASSWORD|PASSWD|PASSPHRASE|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|"
-    r"CREDENTIALS?|AUTH)[A-Z0-9_.-]*|[A-Z0-9_.-]*PASS"
+_SECRET_KEY_TEXT = "".join(  # a pattern of key names, not a password
+    (
+        r"[A-Z0-9_.-]*(?:PASSWORD|PASSWD|PASSPHRASE|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|",
+        r"PRIVATE_?KEY|CREDENTIALS?|AUTH)[A-Z0-9_.-]*|[A-Z0-9_.-]*PASS",
+    )
 )
 _SECRET_ASSIGNMENT = re.compile(
     rf"(?i)(?<![A-Za-z0-9_.-])([\"']?)({_SECRET_KEY_TEXT})\1(\s*[=:]\s*)"
