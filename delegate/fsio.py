@@ -77,20 +77,32 @@ def atomic_write(path: Path, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
     fsync_dir(folder)
 
 
-def append_line(path: Path, line: bytes) -> None:
-    """Append one complete line with a single write on an O_APPEND descriptor.
+def append_line(path: Path, line: bytes, *, durable: bool = True) -> None:
+    """Append one complete line with a single write on an O_APPEND descriptor, and (durable)
+    fsync it before returning, so whatever is written after it (a status file) is never on
+    disk without it.
 
     One `write` per line keeps concurrent appenders (publisher, subscriber) from interleaving.
+    fdatasync suffices: the size the line adds is metadata it flushes too.
     """
     if not line.endswith(b"\n"):
         line += b"\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+        created = True
+    except FileExistsError:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        created = False
     try:
         written = os.write(fd, line)
         if written != len(line):  # only on a full disk or a signal; never leave half a line
             raise OSError(errno.EIO, f"short append to {path}")
+        if durable:
+            os.fdatasync(fd)
     finally:
         os.close(fd)
+    if created and durable:
+        fsync_dir(path.parent)  # the new file's name is on disk too
 
 
 class FileLock:
