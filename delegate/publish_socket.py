@@ -6,8 +6,13 @@ it listens on a socket (mode 0600, in a 0700 folder) named by `DELEGATE_PUBLISH_
 client only has to start Python, send one JSON request and print the answer. Anything that goes
 wrong on the way (no socket, wrapper gone) makes the client publish by itself as usual.
 
-Request:  {"job": id|null, "event": str, "detail": str, "data": str|null}   (then EOF)
+Request:  {"job": id|null, "event": str, "detail": str, "data": str|null, "request_id": str}
+          (then EOF)
 Response: {"ok": true, "receipt": {...}} or {"ok": false, "message": str, "exit_code": int}
+
+Once a request has been sent, the client never publishes by itself: the event may already be
+out. It asks the wrapper again with the same request id, and the wrapper answers a repeated id
+with the first receipt, so one request is one event whatever gets lost on the way back.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ if TYPE_CHECKING:  # the client side must stay light: pathlib, tempfile, threadi
 
 SOCKET_ENV = "DELEGATE_PUBLISH_SOCKET"
 MAX_REQUEST = 1024 * 1024
+CONNECTION_TIMEOUT_S = 10.0  # a client that stops talking frees the server after this
+REMEMBERED_ANSWERS = 1024
+ATTEMPTS = 3
 _MAX_PATH = 100  # sun_path holds 108 bytes on Linux
 
 
@@ -51,9 +59,11 @@ class PublishServer:
 
     def __init__(self, path: Path, handler: Any) -> None:
         import threading
+        from collections import OrderedDict
 
         self.path = path
         self.handler = handler  # (request dict) -> response dict
+        self._answers: OrderedDict[str, dict[str, Any]] = OrderedDict()  # request id -> answer
         path.unlink(missing_ok=True)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
@@ -73,9 +83,10 @@ class PublishServer:
                 return  # closed
             with conn:
                 try:
+                    conn.settimeout(CONNECTION_TIMEOUT_S)
                     conn.sendall(json.dumps(self._answer(conn)).encode())
                 except OSError:
-                    continue  # the client went away
+                    continue  # the client went away, or stopped talking
 
     def _answer(self, conn: socket.socket) -> dict[str, Any]:
         chunks, size = [], 0
@@ -90,7 +101,14 @@ class PublishServer:
             return {"ok": False, "message": "malformed request", "exit_code": 64}
         if not isinstance(request, dict):
             return {"ok": False, "message": "malformed request", "exit_code": 64}
+        request_id = request.pop("request_id", None)
+        if isinstance(request_id, str) and request_id in self._answers:
+            return self._answers[request_id]  # a retry: the first receipt, not a second event
         response: dict[str, Any] = self.handler(request)
+        if isinstance(request_id, str) and response.get("ok"):
+            self._answers[request_id] = response
+            while len(self._answers) > REMEMBERED_ANSWERS:
+                self._answers.popitem(last=False)
         return response
 
     def close(self) -> None:
@@ -101,27 +119,57 @@ class PublishServer:
 
 
 def request(
-    path: str, payload: dict[str, Any], *, timeout_s: float = 120.0
+    path: str, payload: dict[str, Any], *, timeout_s: float = 120.0, attempts: int = ATTEMPTS
 ) -> dict[str, Any] | None:
-    """Send one request; None when the wrapper cannot be reached (the caller falls back)."""
+    """Send one request; None only when it never left (no wrapper: the caller publishes itself).
+
+    After it was sent, a lost or garbled answer is asked for again with the same request id;
+    if the wrapper cannot be reached any more, the answer says so instead of letting the caller
+    publish a second time.
+    """
+    payload = {**payload, "request_id": payload.get("request_id") or os.urandom(12).hex()}
+    body = json.dumps(payload).encode()
+    sent = False
+    for attempt in range(attempts):
+        answer, reached = _exchange(path, body, timeout_s)
+        if answer is not None:
+            return answer
+        sent = sent or reached
+        if not sent:
+            return None
+        if attempt + 1 < attempts:
+            import time
+
+            time.sleep(0.05 * (attempt + 1))
+    return {
+        "ok": False,
+        "message": "the wrapper took the request but its answer was lost; not publishing again"
+        f" (request {payload['request_id']})",
+        "exit_code": 69,
+    }
+
+
+def _exchange(path: str, body: bytes, timeout_s: float) -> tuple[dict[str, Any] | None, bool]:
+    """(answer, whether the request reached the wrapper)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout_s)
     try:
         try:
             sock.connect(path)
         except OSError:
-            return None
-        sock.sendall(json.dumps(payload).encode())
-        sock.shutdown(socket.SHUT_WR)
+            return None, False
         chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    except OSError:
-        return None
+        try:
+            sock.sendall(body)
+            sock.shutdown(socket.SHUT_WR)
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+        except OSError:
+            return None, True
     finally:
         sock.close()
     try:
         answer = json.loads(b"".join(chunks))
     except ValueError:
-        return None
-    return answer if isinstance(answer, dict) else None
+        return None, True
+    return (answer, True) if isinstance(answer, dict) else (None, True)

@@ -20,7 +20,7 @@ def test_round_trip_and_private_socket(tmp_path: Path):
         assert stat.S_IMODE((tmp_path / "p.sock").stat().st_mode) == 0o600
         answer = request(str(tmp_path / "p.sock"), {"event": "progress", "data": None})
         assert answer == {"ok": True, "receipt": {"seq": 7}}
-        assert seen == [{"event": "progress", "data": None}]
+        assert seen == [{"event": "progress", "data": None}]  # the request id is the server's
     finally:
         server.close()
     assert not (tmp_path / "p.sock").exists()
@@ -58,3 +58,82 @@ def test_long_log_paths_fall_back_to_a_private_temp_folder(tmp_path: Path):
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     short = socket_path(tmp_path, "0123abcd")
     assert short == tmp_path / "publish.sock"
+
+
+def test_a_lost_answer_is_asked_again_and_the_event_goes_out_once(tmp_path: Path):
+    from delegate.bus import open_bus
+    from delegate.fastcli import publish_receipt
+    from delegate.services.publish import publish_event
+    from delegate.services.state import State
+
+    state = State.open(env={"DELEGATE_HOME": str(tmp_path / "state")})
+    job, _ = state.registry.register()
+    publish_event(state, job.job_id, "started")
+
+    def handler(req):
+        receipt = publish_receipt(state, job=job.job_id, event=req["event"])
+        return {"ok": True, "receipt": receipt}
+
+    path = tmp_path / "p.sock"
+    server = PublishServer(path, handler)
+    try:
+        body = json.dumps({"event": "progress", "request_id": "abc123"}).encode()
+        # the first exchange: the request arrives, the client goes before the answer comes
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(str(path))
+            sock.sendall(body)
+            sock.shutdown(socket.SHUT_WR)
+        first_seq = None
+        for _ in range(100):  # the server has published it by the time it answers
+            if state.registry.get(job.job_id).last_seq == 2:
+                first_seq = 2
+                break
+            import time
+
+            time.sleep(0.02)
+        assert first_seq == 2
+        again = request(str(path), {"event": "progress", "request_id": "abc123"})
+        assert again == {
+            "ok": True,
+            "receipt": {"job_id": job.job_id, "seq": 2, "event": "progress"},
+        }
+    finally:
+        server.close()
+    bus = open_bus(state.bus_url_for(job))
+    sub = bus.subscribe(job.job_id)
+    events = []
+    while (message := sub.get(timeout=0)) is not None:
+        events.append(json.loads(message.payload)["event"])
+    sub.close()
+    bus.close()
+    assert events == ["started", "progress"]  # one event for the two exchanges
+
+
+def test_a_wrapper_that_stops_answering_is_not_bypassed(tmp_path: Path):
+    path = tmp_path / "p.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(4)
+    try:
+        # it accepts the request but never answers: no silent second publish
+        answer = request(str(path), {"event": "progress"}, timeout_s=0.2)
+        assert answer is not None and answer["ok"] is False and answer["exit_code"] == 69
+        assert "not publishing again" in answer["message"]
+    finally:
+        listener.close()
+
+
+def test_a_silent_client_does_not_hold_the_server(tmp_path: Path, monkeypatch):
+    import delegate.publish_socket as module
+
+    monkeypatch.setattr(module, "CONNECTION_TIMEOUT_S", 0.2)
+    path = tmp_path / "p.sock"
+    server = PublishServer(path, lambda req: {"ok": True, "receipt": {"seq": 1}})
+    try:
+        silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        silent.connect(str(path))  # connects, sends nothing, never closes
+        answer = request(str(path), {"event": "progress"}, timeout_s=5)
+        assert answer == {"ok": True, "receipt": {"seq": 1}}
+        silent.close()
+    finally:
+        server.close()
