@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 from . import _logging
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    try:
+
+    def dispatch() -> int:
         if argv[:1] == ["publish"] and not {"-h", "--help"} & set(argv):
             from .fastcli import main_publish
 
@@ -20,24 +22,36 @@ def main(argv: list[str] | None = None) -> int:
         from .cli import run
 
         return run(argv)
+
+    return guarded(dispatch)
+
+
+def guarded(call: Callable[[], int]) -> int:
+    """Run an entry point: whatever goes wrong becomes one line on stderr and a documented exit
+    status (README, "Exit status"), never a traceback. The CLI, the wrapper, the supervisor and
+    the monitor all go through here."""
+    from .errors import DelegateError, say
+
+    try:
+        return call()
+    except DelegateError as exc:
+        say(exc)
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 141  # the reader went away (`delegate jobs | head`): stop quietly
-        print(
-            f"delegate: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr
-        )
+        say(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
         return 74
     except Exception as exc:  # a bug: one line for the user, the traceback at debug level
         import logging
 
         logging.getLogger("delegate").debug("internal error", exc_info=True)
-        print(
-            f"delegate: internal error: {type(exc).__name__}: {exc}"
-            " (run with DELEGATE_LOG_LEVEL=DEBUG for the traceback)",
-            file=sys.stderr,
+        say(
+            f"internal error: {type(exc).__name__}: {exc}"
+            " (run with DELEGATE_LOG_LEVEL=DEBUG for the traceback)"
         )
         return 70
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .errors import DelegateError
+from .errors import DelegateError, say
 from .services.state import State
 
 app = typer.Typer(
@@ -238,7 +238,7 @@ def cancel(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
 
     result = cancel_job(_state(), job_id)
     if result.session_note is not None:
-        print(f"delegate: {result.session_note}", file=sys.stderr)
+        say(result.session_note)
     if as_json:
         _print_json({**result.job.public_dict(), "session_note": result.session_note})
     else:
@@ -397,7 +397,7 @@ def ps(
         raise typer.BadParameter("--limit must be zero or more")
     listing = rows(_state(), show_all=show_all, limit=limit)
     if listing.tmux_note:
-        print(f"delegate: {listing.tmux_note}", file=sys.stderr)
+        say(listing.tmux_note)
     if as_json:
         for row in listing.rows:
             _print_json(row.to_dict())
@@ -486,12 +486,13 @@ def report(
 
     Example: delegate report --since 2026-11-01 --format html --out report/
     """
-    from .report.render import print_table
     from .services.report import run_report
 
     result = run_report(
         _state(), logs=logs, master=master, since=since, out=out, fmt=fmt, compact=compact
     )
+    from .report.render import print_table  # PySpark behind it: only once it is known there
+
     if result.compacted is not None:
         print(
             f"compacted {result.compacted['lines']} new line(s)"
@@ -545,9 +546,9 @@ def run(argv: list[str]) -> int:
 
         sentences = re.split(r"(?<=[.?!])\s+", exc.format_message().strip())
         message = " ".join(dict.fromkeys(s for s in sentences if s))
-        print(f"delegate: {message}", file=sys.stderr)
+        say(message)
         return 64
     except DelegateError as exc:
-        print(f"delegate: {exc}", file=sys.stderr)
+        say(exc)
         return exc.exit_code
     return result if isinstance(result, int) else 0

@@ -8,6 +8,18 @@ place; nothing below the CLI prints or exits.
 from __future__ import annotations
 
 
+def say(message: object) -> None:
+    """Print `delegate: MESSAGE` to stderr as exactly one line: line breaks and other control
+    characters a user's input may have carried into the message are shown escaped."""
+    import sys
+
+    text = "".join(
+        ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
+        for ch in str(message)
+    )
+    print(f"delegate: {text}", file=sys.stderr)
+
+
 class DelegateError(Exception):
     """Base of every error the toolkit raises on purpose."""
 

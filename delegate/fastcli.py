@@ -11,7 +11,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from .errors import DelegateError, UsageError
+from .errors import DelegateError, UsageError, say
 
 if TYPE_CHECKING:  # importing it for real costs the fast path; only the type checker needs it
     from .services.state import State
@@ -78,7 +78,7 @@ def _via_wrapper(args: dict[str, str | None]) -> int | None:
     if answer.get("ok"):
         sys.stdout.write(json.dumps(answer.get("receipt")) + "\n")
         return 0
-    print(f"delegate: {answer.get('message', 'publish failed')}", file=sys.stderr)
+    say(answer.get("message", "publish failed"))
     code = answer.get("exit_code")
     return code if isinstance(code, int) else 4
 
@@ -96,5 +96,5 @@ def main_publish(argv: list[str]) -> int:
             data=args["data"],
         )
     except DelegateError as exc:
-        print(f"delegate: {exc}", file=sys.stderr)
+        say(exc)
         return exc.exit_code

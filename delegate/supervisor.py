@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from . import _logging
-from .errors import DelegateError
 from .fsio import atomic_write
 
 
@@ -32,19 +31,21 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(json.dumps(envelope, ensure_ascii=False, sort_keys=True) + "\n")
         sys.stdout.flush()
 
-    try:
-        outcome = supervise(
-            State.open(),
-            job_id,
-            emit=emit,
-            on_ready=lambda: atomic_write(ready, f"{os.getpid()}\n".encode()),
-        )
-    except DelegateError as exc:
-        print(f"delegate: {exc}", file=sys.stderr)
-        return exc.exit_code
-    finally:
-        wait_for_notifiers()
-    return outcome.exit_code
+    from .__main__ import guarded
+
+    def watch_to_the_end() -> int:
+        try:
+            outcome = supervise(
+                State.open(),
+                job_id,
+                emit=emit,
+                on_ready=lambda: atomic_write(ready, f"{os.getpid()}\n".encode()),
+            )
+        finally:
+            wait_for_notifiers()
+        return outcome.exit_code
+
+    return guarded(watch_to_the_end)
 
 
 if __name__ == "__main__":

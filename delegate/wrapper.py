@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import _logging
-from .errors import BusError, DelegateError, PublishRefused
+from .errors import BusError, DelegateError, PublishRefused, say
 from .fsio import path_with
 from .model import EventType
 from .services.publish import publish_event
@@ -201,7 +201,7 @@ def _run(job_id: str, relay: SignalRelay, state: State | None) -> int:
     try:
         report(state, job_id, "started", detail=f"{job.agent or 'agent'} starting")
     except PublishRefused as exc:
-        print(f"delegate: not starting the agent: {exc.reason}", file=sys.stderr)
+        say(f"not starting the agent: {exc.reason}")
         return 0
     if relay.signal_name is not None:  # stopped before the agent began: do not begin it
         with contextlib.suppress(PublishRefused):
@@ -291,11 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m delegate.wrapper JOB_ID", file=sys.stderr)
         return 64
-    try:
-        return run(argv[0])
-    except DelegateError as exc:
-        print(f"delegate: {exc}", file=sys.stderr)
-        return exc.exit_code
+    from .__main__ import guarded
+
+    return guarded(lambda: run(argv[0]))
 
 
 if __name__ == "__main__":

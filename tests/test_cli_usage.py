@@ -199,3 +199,35 @@ def test_the_demo_submits_a_real_job(tmp_path: Path, tmux_env):
         if line.startswith("audit log:")
     )
     assert Path(log_path).is_file()
+
+
+def test_report_names_what_is_missing_and_exits_69(home: Path, tmp_path: Path):
+    shadow = tmp_path / "shadow" / "pyspark"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named pyspark')\n")
+    result = run_cli(home, "report", env={"PYTHONPATH": str(shadow.parent)})
+    assert result.returncode == 69, result.stderr
+    assert_one_line_error(result)
+    assert "needs PySpark" in result.stderr
+    no_java = run_cli(home, "report", env={"JAVA_HOME": str(tmp_path / "no-java")})
+    assert no_java.returncode == 69 and "Java" in no_java.stderr
+    assert_one_line_error(no_java)
+
+
+@pytest.mark.parametrize("module", ["delegate.wrapper", "delegate.supervisor"])
+def test_process_entry_points_fail_in_one_line(home: Path, module: str):
+    import subprocess
+    import sys
+
+    from .helpers import cli_env
+
+    args = ["0badc0de"] if module == "delegate.wrapper" else ["0badc0de", "--ready-file", "/x/y"]
+    result = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        env=cli_env(home),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 66, result.stderr
+    assert_one_line_error(result)
