@@ -9,6 +9,10 @@ Built in: `shell` (the prompt is a bash script), `claude`, `codex`. More come fr
     clean_exit = "completed"   # or "error": what exit status 0 without a report means
     preamble = true            # prepend the reporting instructions (skills/delegate-job)
     max_running = 2            # at most this many jobs of this profile run at once
+    env = { AIDER_MODEL = "sonnet" }   # set in the agent's environment
+    pass_env = ["ANTHROPIC_API_KEY"]   # copied from the submitter's environment when set
+    path = ["/opt/aider/bin", "/usr/bin", "/bin"]   # the agent's PATH (default: the submitter's)
+    mqtt_credentials = "~/.config/delegate/agent-mqtt.toml"   # the agent's own broker login
 
 A table holding only `max_running` caps a built-in profile (`[profiles.claude]`). A top-level
 `max_running = N` caps all jobs, and `[notify]` names a notifier:
@@ -48,6 +52,11 @@ class Profile(NamedTuple):
     prompt: str = "stdin"
     clean_exit: str = "completed"
     preamble: bool = False
+    env: tuple[tuple[str, str], ...] = ()
+    pass_env: tuple[str, ...] = ()
+    path: tuple[str, ...] | None = None
+    mqtt_credentials: str | None = None
+    shell_text: bool = False  # a `--cmd`: its first word is resolved only when it is a command
 
     def argv(self, *, prompt_file: Path, workdir: Path, job_id: str) -> list[str]:
         values = {"prompt_file": str(prompt_file), "workdir": str(workdir), "job_id": job_id}
@@ -70,7 +79,7 @@ def one_off(cmd: str) -> Profile:
     """`--cmd`: the user's own shell text; the prompt arrives on its stdin."""
     if not cmd.strip():
         raise UsageError("--cmd is empty")
-    return Profile("cmd", ("/bin/sh", "-c", cmd), prompt="stdin")
+    return Profile("cmd", ("/bin/sh", "-c", cmd), prompt="stdin", shell_text=True)
 
 
 def config_path(home: Path, env: Mapping[str, str] | None = None) -> Path:
@@ -95,7 +104,17 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
     where = f"{source} [profiles.{name}]"
     if not isinstance(table, dict):
         raise ConfigError(f"{where} must be a table")
-    unknown = table.keys() - {"command", "prompt", "clean_exit", "preamble", "max_running"}
+    unknown = table.keys() - {
+        "command",
+        "prompt",
+        "clean_exit",
+        "preamble",
+        "max_running",
+        "env",
+        "pass_env",
+        "path",
+        "mqtt_credentials",
+    }
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     _cap(table.get("max_running"), where)
@@ -115,7 +134,35 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
     preamble = table.get("preamble", True)
     if not isinstance(preamble, bool):
         raise ConfigError(f"{where}: preamble must be true or false")
-    return Profile(name, tuple(command), prompt, clean_exit, preamble)
+    env = table.get("env", {})
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise ConfigError(f"{where}: env must be a table of strings")
+    pass_env = table.get("pass_env", [])
+    if not isinstance(pass_env, list) or not all(isinstance(v, str) for v in pass_env):
+        raise ConfigError(f"{where}: pass_env must be a list of variable names")
+    path = table.get("path")
+    if isinstance(path, str):
+        path = path.split(os.pathsep)
+    if path is not None and (
+        not isinstance(path, list) or not all(isinstance(p, str) and p for p in path)
+    ):
+        raise ConfigError(f"{where}: path must be a list of folders (or a PATH string)")
+    credentials = table.get("mqtt_credentials")
+    if credentials is not None and not isinstance(credentials, str):
+        raise ConfigError(f"{where}: mqtt_credentials must be the path of a file")
+    return Profile(
+        name,
+        tuple(command),
+        prompt,
+        clean_exit,
+        preamble,
+        env=tuple(sorted(env.items())),
+        pass_env=tuple(pass_env),
+        path=tuple(path) if path is not None else None,
+        mqtt_credentials=credentials,
+    )
 
 
 def _cap(value: object, where: str) -> int | None:

@@ -60,12 +60,18 @@ def report(
         )
 
 
-def agent_env(state: State, job_id: str, bus_url: str) -> dict[str, str]:
+def agent_environment(state: State, job_id: str) -> dict[str, str]:
+    """The agent's environment as submit built it (services/agent_env); for a job submitted
+    before there was one, the old way: this process's environment plus the job's variables."""
+    from .services import agent_env
+
+    saved = agent_env.load(state, job_id)
+    if saved is not None:
+        return saved
     env = dict(os.environ)
     env["DELEGATE_JOB_ID"] = job_id
     env["DELEGATE_HOME"] = str(state.layout.home)
-    env["DELEGATE_BUS"] = bus_url
-    # `delegate publish` must resolve to this installation, whatever PATH the pane inherited.
+    env["DELEGATE_BUS"] = state.bus_url_for(state.registry.get(job_id))
     env["PATH"] = path_with(str(Path(sys.executable).parent), env.get("PATH"))
     return env
 
@@ -191,8 +197,12 @@ def run(job_id: str, state: State | None = None) -> int:
         relay.restore()
 
 
-def _run(job_id: str, relay: SignalRelay, state: State | None) -> int:
-    state = state or State.open()
+def _run(job_id: str, relay: SignalRelay, given: State | None) -> int:
+    # The pane's own environment only says where the state is; the agent's environment, and
+    # with it the broker login this wrapper reports with, is the one submit saved for the job.
+    home = (given or State.open()).layout.home
+    env = agent_environment(given or State.open(env={"DELEGATE_HOME": str(home)}), job_id)
+    state = given or State.open(env={**env, "DELEGATE_HOME": str(home)})
     job = state.registry.get(job_id)
     launch = job.launch
     argv = list(launch.get("argv") or [])
@@ -212,7 +222,6 @@ def _run(job_id: str, relay: SignalRelay, state: State | None) -> int:
     log_path = state.audit.job_dir(job_id, create=True) / "agent.log"
     workdir = Path(job.workdir or ".")
     stdin_spec = subprocess.PIPE if mode == "stdin" else subprocess.DEVNULL
-    env = agent_env(state, job_id, state.bus_url_for(job))
     server = serve_publishes(state, job_id)
     if server is not None:
         env["DELEGATE_PUBLISH_SOCKET"] = str(server.path)

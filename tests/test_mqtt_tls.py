@@ -150,3 +150,45 @@ def test_per_job_settings_travel_in_the_job_record(home, tls_broker: TlsBroker):
     anonymous = run_cli(home, "watch", job_id)  # no credentials at all: refused, one line
     assert_one_line_error(anonymous)
     assert anonymous.returncode == 69 and "anonymous" in anonymous.stderr
+
+
+def test_an_agent_reports_with_its_own_write_only_login(
+    home, tls_broker: TlsBroker, tmux_env, tmp_path
+):
+    delegator = _env(tls_broker, "delegator")
+    submitter = {
+        **tmux_env,
+        **delegator,
+        "DELEGATE_AGENT_MQTT_USERNAME": "agent",
+        "DELEGATE_AGENT_MQTT_PASSWORD": tls_broker.users["agent"],
+    }
+    script = (
+        "env > env.txt\n"
+        'delegate publish --event progress --detail "through the wrapper"\n'
+        'DELEGATE_PUBLISH_SOCKET= delegate publish --event progress --detail "by itself"\n'
+    )
+    result = run_cli(
+        home,
+        "submit",
+        "--agent",
+        "shell",
+        "--workdir",
+        str(tmp_path),
+        "--prompt",
+        script,
+        "--idle-timeout",
+        "60",
+        env=submitter,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    events = json_lines(result.stdout)  # read by the delegator, which may only read
+    assert [e["event"] for e in events] == ["started", "progress", "progress", "completed"]
+    env = dict(
+        line.split("=", 1)
+        for line in (tmp_path / "env.txt").read_text().splitlines()
+        if "=" in line
+    )
+    assert env["MQTT_USERNAME"] == "agent" and env["MQTT_PASSWORD"] == tls_broker.users["agent"]
+    assert "delegator-secret" not in (tmp_path / "env.txt").read_text()
+    assert not any(k.startswith("DELEGATE_AGENT_") for k in env)

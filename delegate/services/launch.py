@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DelegateError
-from ..fsio import path_with
 from ..model import Job, SessionState
 from ..profiles import config_path, load_config, max_running_caps
 from ..reconcile import Caps, busy_sessions, may_start
@@ -77,11 +76,11 @@ def check_session_free(state: State, name: str) -> None:
 def launch_in_tmux(state: State, job: Job, tmux: Tmux) -> None:
     """Start the job's wrapper in its session; a session left by an ended job is replaced."""
     assert job.session is not None
+    # Only what the wrapper needs to find its job; the agent's own environment is in
+    # logs/<job>/agent.env and never passes through tmux's argv or its global environment.
     env = {
         "DELEGATE_JOB_ID": job.job_id,
         "DELEGATE_HOME": str(state.layout.home),
-        "DELEGATE_BUS": state.bus_url_for(job),
-        "PATH": path_with(str(Path(sys.executable).parent), state.env.get("PATH")),
         SOCKET_ENV: tmux.socket_path,
     }
     sessions = inventory(state)

@@ -20,6 +20,7 @@ from ..model import Job, JobState, SessionState
 from ..profiles import Profile, config_path, load_config, resolve
 from ..reconcile import SESSION_PREFIX
 from ..tmux import Tmux, TmuxUnreachable, validate_session_name
+from . import agent_env
 from .jobs import register_job
 from .launch import (
     caps,
@@ -121,6 +122,10 @@ def submit(
     if request.session is not None:
         validate_session_name(request.session)
     tmux = tmux or Tmux.from_env(state.env)
+    # Found now, on the agent's own PATH: a missing command is refused before any job exists.
+    profile = profile._replace(
+        command=tuple(agent_env.resolve_command(profile, agent_env.agent_path(profile, state.env)))
+    )
 
     job, created = register_job(
         state,
@@ -173,6 +178,14 @@ def _admit(
         max_running=request.max_running,
         notify=notify,
     )
+    env = agent_env.build(
+        state,
+        profile,
+        job_id=job.job_id,
+        bus_url=state.bus_url_for(job),
+        tmux_socket=tmux.socket_path,
+    )
+    agent_env.save(state, job.job_id, env)
     return state.registry.admit(
         job.job_id, launch, start_policy(state, caps(state)), this_launcher()
     )
