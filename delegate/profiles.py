@@ -13,6 +13,7 @@ Built in: `shell` (the prompt is a bash script), `claude`, `codex`. More come fr
     pass_env = ["ANTHROPIC_API_KEY"]   # copied from the submitter's environment when set
     path = ["/opt/aider/bin", "/usr/bin", "/bin"]   # the agent's PATH (default: the submitter's)
     mqtt_credentials = "~/.config/delegate/agent-mqtt.toml"   # the agent's own broker login
+    run_as = "agent"           # start the agent as this OS user (needs root)
 
 A table holding only `max_running` caps a built-in profile (`[profiles.claude]`). A top-level
 `max_running = N` caps all jobs, and `[notify]` names a notifier:
@@ -56,6 +57,7 @@ class Profile(NamedTuple):
     pass_env: tuple[str, ...] = ()
     path: tuple[str, ...] | None = None
     mqtt_credentials: str | None = None
+    run_as: str | None = None  # the OS user the agent runs as (the wrapper needs root for it)
     shell_text: bool = False  # a `--cmd`: its first word is resolved only when it is a command
 
     def argv(self, *, prompt_file: Path, workdir: Path, job_id: str) -> list[str]:
@@ -114,6 +116,7 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
         "pass_env",
         "path",
         "mqtt_credentials",
+        "run_as",
     }
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -152,6 +155,9 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
     credentials = table.get("mqtt_credentials")
     if credentials is not None and not isinstance(credentials, str):
         raise ConfigError(f"{where}: mqtt_credentials must be the path of a file")
+    run_as = table.get("run_as")
+    if run_as is not None and (not isinstance(run_as, str) or not run_as):
+        raise ConfigError(f"{where}: run_as must be a user name")
     return Profile(
         name,
         tuple(command),
@@ -162,6 +168,7 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
         pass_env=tuple(pass_env),
         path=tuple(path) if path is not None else None,
         mqtt_credentials=credentials,
+        run_as=run_as,
     )
 
 

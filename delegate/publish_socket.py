@@ -57,13 +57,16 @@ def socket_path(job_dir: Path, job_id: str) -> Path | None:
 class PublishServer:
     """Serves publish requests for one job from a daemon thread, one at a time."""
 
-    def __init__(self, path: Path, handler: Any) -> None:
+    def __init__(self, path: Path, handler: Any, *, owner: tuple[int, int] | None = None) -> None:
+        """`owner` (uid, gid): an agent running as another user; the socket becomes theirs,
+        and only they and this process's user may talk to it (checked per connection)."""
         import threading
         from collections import OrderedDict
 
         self.path = path
         self.handler = handler  # (request dict) -> response dict
         self._answers: OrderedDict[str, dict[str, Any]] = OrderedDict()  # request id -> answer
+        self._peers = {os.getuid(), owner[0]} if owner else {os.getuid()}
         path.unlink(missing_ok=True)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
@@ -71,6 +74,8 @@ class PublishServer:
             self._sock.bind(str(path))
         finally:
             os.umask(old)
+        if owner is not None:
+            os.chown(path, *owner)
         self._sock.listen(16)
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -83,10 +88,19 @@ class PublishServer:
                 return  # closed
             with conn:
                 try:
+                    if self._peer_uid(conn) not in self._peers:
+                        continue  # not the agent's user, nor ours: say nothing
                     conn.settimeout(CONNECTION_TIMEOUT_S)
                     conn.sendall(json.dumps(self._answer(conn)).encode())
                 except OSError:
                     continue  # the client went away, or stopped talking
+
+    @staticmethod
+    def _peer_uid(conn: socket.socket) -> int:
+        import struct
+
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return int(struct.unpack("3i", creds)[1])
 
     def _answer(self, conn: socket.socket) -> dict[str, Any]:
         chunks, size = [], 0

@@ -60,6 +60,54 @@ def report(
         )
 
 
+class AgentIdentity:
+    """`run_as = "USER"`: the OS user an agent runs as, and a private folder of theirs (0700)
+    for the publish socket and, for file prompts, a copy of the prompt."""
+
+    def __init__(self, entry: Any, job_id: str) -> None:
+        import tempfile
+
+        self.entry = entry
+        self.uid: int = entry.pw_uid
+        self.gid: int = entry.pw_gid
+        self.folder = Path(tempfile.mkdtemp(prefix=f"delegate-{job_id}-"))
+        os.chown(self.folder, self.uid, self.gid)
+
+    @classmethod
+    def of(cls, user: object, job_id: str) -> AgentIdentity | None:
+        if not user:
+            return None
+        import pwd
+
+        try:
+            entry = pwd.getpwnam(str(user))
+        except KeyError:
+            raise DelegateError(f"run_as: no user {user!r} on this machine") from None
+        return cls(entry, job_id)
+
+    @property
+    def owner(self) -> tuple[int, int]:
+        return self.uid, self.gid
+
+    def env(self) -> dict[str, str]:
+        return {"HOME": self.entry.pw_dir, "USER": self.entry.pw_name}
+
+    def hand_over_prompt(self, argv: list[str], prompt_path: Path) -> list[str]:
+        """A copy of the prompt the agent's user may read, in place of the original path."""
+        import shutil
+
+        copy = self.folder / "prompt"
+        shutil.copyfile(prompt_path, copy)
+        os.chmod(copy, 0o600)
+        os.chown(copy, self.uid, self.gid)
+        return [part.replace(str(prompt_path), str(copy)) for part in argv]
+
+    def clean_up(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 def agent_environment(state: State, job_id: str) -> dict[str, str]:
     """The agent's environment as submit built it (services/agent_env); for a job submitted
     before there was one, the old way: this process's environment plus the job's variables."""
@@ -101,16 +149,25 @@ def _copy_output(source: IO[bytes], log_path: Path) -> None:
         os.close(fd)
 
 
-def serve_publishes(state: State, job_id: str) -> Any:
-    """Answer the pane's `delegate publish` calls for this job (see publish_socket)."""
+def serve_publishes(state: State, job_id: str, identity: AgentIdentity | None = None) -> Any:
+    """Answer the pane's `delegate publish` calls for this job, and this job only (see
+    publish_socket). For an agent running as another user the socket lives in a folder of
+    theirs, since the job's log folder is closed to them."""
     from .fastcli import publish_receipt
     from .publish_socket import PublishServer, socket_path
 
     def handle(request: dict[str, Any]) -> dict[str, Any]:
+        asked = request.get("job")
+        if asked not in (None, job_id):
+            return {
+                "ok": False,
+                "message": f"this wrapper reports for job {job_id} only, not {asked!r}",
+                "exit_code": 67,
+            }
         try:
             receipt = publish_receipt(
                 state,
-                job=request.get("job") or job_id,
+                job=job_id,
                 event=str(request.get("event")),
                 detail=str(request.get("detail") or ""),
                 data=request.get("data"),
@@ -122,11 +179,14 @@ def serve_publishes(state: State, job_id: str) -> Any:
             return {"ok": False, "message": f"internal error: {exc}", "exit_code": 70}
         return {"ok": True, "receipt": receipt}
 
-    path = socket_path(state.audit.job_dir(job_id, create=True), job_id)
+    if identity is not None:
+        path: Path | None = identity.folder / "publish.sock"
+    else:
+        path = socket_path(state.audit.job_dir(job_id, create=True), job_id)
     if path is None:
         return None
     try:
-        return PublishServer(path, handle)
+        return PublishServer(path, handle, owner=identity.owner if identity else None)
     except OSError as exc:
         log.warning("not serving publishes over a socket: %s", exc)
         return None
@@ -222,16 +282,22 @@ def _run(job_id: str, relay: SignalRelay, given: State | None) -> int:
     log_path = state.audit.job_dir(job_id, create=True) / "agent.log"
     workdir = Path(job.workdir or ".")
     stdin_spec = subprocess.PIPE if mode == "stdin" else subprocess.DEVNULL
-    server = serve_publishes(state, job_id)
+    identity = AgentIdentity.of(launch.get("run_as"), job_id)
+    if identity is not None:
+        env.update(identity.env())
+        argv = identity.hand_over_prompt(argv, prompt_path) if mode == "file" else argv
+    server = serve_publishes(state, job_id, identity)
     if server is not None:
         env["DELEGATE_PUBLISH_SOCKET"] = str(server.path)
     try:
         return _run_agent(
-            state, job_id, argv, workdir, env, stdin_spec, prompt_path, log_path, relay
+            state, job_id, argv, workdir, env, stdin_spec, prompt_path, log_path, relay, identity
         )
     finally:
         if server is not None:
             server.close()
+        if identity is not None:
+            identity.clean_up()
 
 
 def _run_agent(
@@ -244,8 +310,12 @@ def _run_agent(
     prompt_path: Path,
     log_path: Path,
     relay: SignalRelay,
+    identity: AgentIdentity | None = None,
 ) -> int:
     launch = state.registry.get(job_id).launch
+    as_user: dict[str, Any] = {}
+    if identity is not None:
+        as_user = {"user": identity.uid, "group": identity.gid, "extra_groups": []}
     try:
         agent = subprocess.Popen(
             argv,
@@ -255,6 +325,7 @@ def _run_agent(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             process_group=0,  # its own group: signals reach the agent and all it started
+            **as_user,
         )
     except OSError as exc:
         report(state, job_id, "error", detail=f"agent could not start: {exc.strerror}")

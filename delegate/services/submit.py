@@ -9,6 +9,7 @@ decide, and the exit status is read from the record.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -73,6 +74,20 @@ def parse_on_event(text: str | None) -> list[str] | None:
     return argv
 
 
+def check_run_as(user: str | None) -> None:
+    """`run_as`: the user must exist, and only root may start a process as someone else."""
+    if user is None:
+        return
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise UsageError(f"run_as: no user {user!r} on this machine") from None
+    if os.geteuid() != 0 and entry.pw_uid != os.geteuid():
+        raise UsageError(f"run_as {user!r} needs the wrapper to run as root")
+
+
 def queue_position(state: State, job_id: str) -> int | None:
     """1 for the queued job that starts next, None when the job is not queued."""
     queued = [j for j in state.registry.open_jobs() if j.status is JobState.QUEUED]
@@ -122,6 +137,7 @@ def submit(
     if request.session is not None:
         validate_session_name(request.session)
     tmux = tmux or Tmux.from_env(state.env)
+    check_run_as(profile.run_as)
     # Found now, on the agent's own PATH: a missing command is refused before any job exists.
     profile = profile._replace(
         command=tuple(agent_env.resolve_command(profile, agent_env.agent_path(profile, state.env)))
@@ -170,6 +186,7 @@ def _admit(
         "prompt": profile.prompt,
         "prompt_path": str(prompt_path),
         "clean_exit": profile.clean_exit,
+        "run_as": profile.run_as,
     }
     job = state.registry.update(
         job.job_id,

@@ -1,0 +1,122 @@
+"""`run_as`: an agent started as another OS user cannot read the registry, and reports only for
+its own job, through its wrapper. Needs root (the test creates, and removes, its own user)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import textwrap
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from delegate.model import JobState
+from delegate.services.state import State
+
+from .helpers import json_lines, run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="creating a user needs root")
+
+
+@pytest.fixture
+def agent_user() -> Iterator[str]:
+    name = f"dlg{uuid.uuid4().hex[:8]}"
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield name
+    finally:
+        subprocess.run(["userdel", name], capture_output=True)
+
+
+@pytest.fixture
+def shared_workdir(agent_user: str) -> Iterator[Path]:
+    """A workdir the agent's user owns (the test's tmp_path is closed to other users)."""
+    folder = Path(tempfile.mkdtemp(prefix="dlg-run-as-"))
+    shutil.chown(folder, agent_user, agent_user)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# The agent reports with the system Python and the toolkit's source (the venv's interpreter
+# lives under /root, which other users cannot enter).
+AGENT = """
+cat "$DELEGATE_HOME/jobs/$DELEGATE_JOB_ID.json" > /dev/null 2> denied.txt; echo $? > denied.code
+id -u > uid.txt
+report() {{ /usr/bin/python3 -m delegate publish "$@"; }}
+report --event progress --detail "as another user"
+report --job {other} --event progress --detail "not mine" 2> other.err; echo $? > other.code
+/usr/bin/python3 -c "
+from delegate.publish_socket import request; import os, json
+print(json.dumps(request(os.environ['DELEGATE_PUBLISH_SOCKET'],
+      {{'job': '{other}', 'event': 'progress'}})))" > socket-other.json
+report --event completed --detail done
+"""
+
+
+def test_an_agent_run_as_another_user(home: Path, tmux_env, agent_user: str, shared_workdir):
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "delegate.toml").write_text(
+        textwrap.dedent(f"""
+        [profiles.confined]
+        command = ["/bin/sh", "-s"]
+        prompt = "stdin"
+        preamble = false
+        run_as = "{agent_user}"
+        env = {{ PYTHONPATH = "{ROOT}" }}
+    """)
+    )
+    state = State.open(env={"DELEGATE_HOME": str(home)})
+    other, _ = state.registry.register(command="someone else's")
+    result = run_cli(
+        home,
+        "submit",
+        "--agent",
+        "confined",
+        "--workdir",
+        str(shared_workdir),
+        "--prompt",
+        AGENT.format(other=other.job_id),
+        "--idle-timeout",
+        "60",
+        env=tmux_env,
+    )
+    assert result.returncode == 0, result.stderr + (shared_workdir / "other.err").read_text()
+    events = json_lines(result.stdout)
+    assert [(e["event"], e["detail"]) for e in events] == [
+        ("started", "confined starting"),
+        ("progress", "as another user"),
+        ("completed", "done"),
+    ]
+    import pwd
+
+    assert int((shared_workdir / "uid.txt").read_text()) == pwd.getpwnam(agent_user).pw_uid
+    assert (shared_workdir / "denied.code").read_text().strip() != "0"
+    assert "Permission denied" in (shared_workdir / "denied.txt").read_text()
+    assert (shared_workdir / "other.code").read_text().strip() == "74"
+    assert "Permission denied" in (shared_workdir / "other.err").read_text()
+    refused = (shared_workdir / "socket-other.json").read_text()
+    assert '"ok": false' in refused and "reports for job" in refused
+    untouched = state.registry.get(other.job_id)
+    assert untouched.status is JobState.PENDING and untouched.last_seq == 0
+    assert not list(Path(tempfile.gettempdir()).glob(f"delegate-{events[0]['job_id']}-*"))
+
+
+def test_run_as_an_unknown_user_is_refused_at_submit(home: Path, tmux_env, tmp_path: Path):
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "delegate.toml").write_text(
+        '[profiles.nobody-here]\ncommand = ["true"]\nrun_as = "no-such-user-x"\n'
+    )
+    result = run_cli(home, "submit", "--agent", "nobody-here", "--prompt", "x", env=tmux_env)
+    assert result.returncode == 64 and "no user 'no-such-user-x'" in result.stderr
+    assert State.open(env={"DELEGATE_HOME": str(home)}).registry.list() == []
