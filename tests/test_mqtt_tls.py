@@ -10,7 +10,14 @@ import pytest
 from delegate.bus.mqtt import BrokerAuthError, BrokerTlsError, MqttBus, settings_from
 from delegate.errors import ConfigError
 
-from .helpers import assert_one_line_error, json_lines, popen_cli, retry_until, run_cli
+from .helpers import (
+    assert_one_line_error,
+    json_lines,
+    popen_cli,
+    retry_until,
+    run_cli,
+    submit_shell,
+)
 from .mqtt_fixtures import TlsBroker, free_port
 
 
@@ -167,20 +174,7 @@ def test_an_agent_reports_with_its_own_write_only_login(
         'delegate publish --event progress --detail "through the wrapper"\n'
         'DELEGATE_PUBLISH_SOCKET= delegate publish --event progress --detail "by itself"\n'
     )
-    result = run_cli(
-        home,
-        "submit",
-        "--agent",
-        "shell",
-        "--workdir",
-        str(tmp_path),
-        "--prompt",
-        script,
-        "--idle-timeout",
-        "60",
-        env=submitter,
-        timeout=120,
-    )
+    result = submit_shell(home, submitter, tmp_path, script, "--idle-timeout", "60")
     assert result.returncode == 0, result.stderr
     events = json_lines(result.stdout)  # read by the delegator, which may only read
     assert [e["event"] for e in events] == ["started", "progress", "progress", "completed"]
