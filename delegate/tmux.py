@@ -260,6 +260,24 @@ def processes_of_job(job_id: str) -> set[int]:
     return found
 
 
+def zombie_exit(pid: int) -> tuple[int | None, int | None] | None:
+    """(exit status, signal) of `pid` while it is a zombie nobody has reaped yet, from
+    /proc/PID/stat's exit_code field; None when it is running or gone. A zombie's pid cannot
+    be reused, so this is still the process tmux lists."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if not fields or fields[0] != "Z" or len(fields) < 50:
+        return None
+    code = int(fields[-1])
+    if code & 0x7F:
+        return None, code & 0x7F
+    return (code >> 8) & 0xFF, None
+
+
 def process_start(pid: int) -> int | None:
     """The start time of `pid` (clock ticks since boot), which tells two uses of one pid apart."""
     try:

@@ -34,7 +34,7 @@ from ..reconcile import (
     Snapshot,
     reconcile,
 )
-from ..tmux import Tmux, TmuxView, socket_path_for
+from ..tmux import Pane, Tmux, TmuxView, socket_path_for, zombie_exit
 from .launch import caps, claim_and_launch, inventory, launcher_alive
 from .state import State
 
@@ -73,6 +73,19 @@ class Done:
         return f"{text}; {self.note}" if self.note else text
 
 
+def _unsettled(pane: Pane) -> bool:
+    return pane.dead and bool(pane.job_id) and pane.exit_status is None and not pane.exit_signal
+
+
+def _with_exit(pane: Pane) -> Pane:
+    if not _unsettled(pane):
+        return pane
+    ended = zombie_exit(pane.pid)
+    if ended is None:
+        return pane
+    return pane._replace(exit_status=ended[0], exit_signal=ended[1])
+
+
 class Reconciler:
     def __init__(
         self,
@@ -101,18 +114,17 @@ class Reconciler:
         return self._tmux[socket]
 
     def view(self, socket: str) -> TmuxView:
-        """One query; asked again (a few times, briefly) only while one of our panes shows
-        dead without its exit status: tmux marks a pane dead when its terminal closes and
-        learns how the process ended a moment later (tmux 3.3 now and then never learns it;
-        the verdict then goes without the status)."""
-        for pause in (0.02, 0.05, 0.1, 0.2, 0.0):
+        """One query. A pane of ours that shows dead without how it ended is completed from
+        /proc when tmux has not reaped it yet (tmux 3.3 now and then never does), else asked
+        about once more: tmux marks a pane dead when its terminal closes and learns the exit
+        status a moment later."""
+        seen = TmuxView(socket, "ok")
+        for pause in (0.03, 0.0):
             self.tmux_queries += 1
             seen = self.tmux(socket).view()
-            unsettled = any(
-                p.dead and p.job_id and p.exit_status is None and p.exit_signal is None
-                for p in seen.panes
-            )
-            if not unsettled or not pause:
+            panes = tuple(_with_exit(p) for p in seen.panes)
+            seen = seen._replace(panes=panes)
+            if not pause or not any(_unsettled(p) for p in panes):
                 return seen
             time.sleep(pause)
         return seen
