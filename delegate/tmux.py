@@ -260,6 +260,19 @@ def processes_of_job(job_id: str) -> set[int]:
     return found
 
 
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or None when gone.
+
+    The command name may hold spaces or parentheses; fields resume after the last ')'.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2 :].split()
+
+
 def zombie_exit(pid: int) -> tuple[int | None, int | None] | None:
     """(exit status, signal) of `pid` while it is a zombie nobody has reaped yet, from
     /proc/PID/stat's exit_code field; None when it is running or gone. A zombie's pid cannot
@@ -277,3 +290,48 @@ def process_start(pid: int) -> int | None:
     """The start time of `pid` (clock ticks since boot), which tells two uses of one pid apart."""
     fields = _stat_fields(pid)
     return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def descendants(root: int) -> set[int]:
+    """All processes below `root`, from /proc (Linux)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields and len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: set[int] = set()
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie waiting to be reaped counts as gone)."""
+    fields = _stat_fields(pid)
+    return fields is not None and bool(fields) and fields[0] not in ("Z", "X")
+
+
+def terminate(group_leaders: Sequence[int], victims: set[int], *, grace_s: float) -> None:
+    def signal_all(sig: int) -> None:
+        for leader in group_leaders:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(leader, sig)
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
+    signal_all(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(alive(pid) for pid in victims) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if any(alive(pid) for pid in victims):
+        signal_all(signal.SIGKILL)
+        deadline = time.monotonic() + grace_s
+        while any(alive(pid) for pid in victims) and time.monotonic() < deadline:
+            time.sleep(0.01)
