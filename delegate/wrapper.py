@@ -46,15 +46,11 @@ def report(
     try:
         publish_event(state, job_id, event, detail=detail, data=data)
     except BusError as exc:
-        job, changed = state.registry.apply_event(job_id, EventType(event), detail=detail)
+        # the reason first: the audit trail is never behind the status it explains
         state.audit.append(
-            job_id,
-            RECORDED_WITHOUT_BUS,
-            event=event,
-            reason=f"bus unreachable: {exc}",
-            status=job.status.value,
-            changed=changed,
+            job_id, RECORDED_WITHOUT_BUS, event=event, reason=f"bus unreachable: {exc}"
         )
+        state.registry.apply_event(job_id, EventType(event), detail=detail)
         log.warning(
             "job %s: the bus did not take %s (%s); recorded it directly", job_id, event, exc
         )

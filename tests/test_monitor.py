@@ -6,6 +6,7 @@ facts (issue 8); each test breaks the world the way a user's machine would and c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -252,7 +253,8 @@ def test_a_simulated_reboot_leaves_nothing_open(home: Path, tmux_env, tmp_path: 
         victims |= {pane_pid(home, job_id), supervisor_pid(home, job_id)}
         victims |= processes_of_job(job_id)
     for pid in victims:
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # some die with the others
+            os.kill(pid, signal.SIGKILL)
     retry_until(lambda: not any(alive(p) for p in victims), timeout=15)
 
     actions = monitor_once(home, tmux_env)

@@ -38,6 +38,21 @@ def agent_user() -> Iterator[str]:
 
 
 @pytest.fixture
+def readable_toolkit() -> Iterator[Path]:
+    """A copy of the toolkit's source other users can read (a checkout may sit in a 0700
+    folder): what a system-wide install gives an agent's user."""
+    folder = Path(tempfile.mkdtemp(prefix="dlg-toolkit-"))
+    os.chmod(folder, 0o755)
+    shutil.copytree(ROOT / "delegate", folder / "delegate", ignore=shutil.ignore_patterns("*.pyc"))
+    for path in folder.rglob("*"):
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
 def shared_workdir(agent_user: str) -> Iterator[Path]:
     """A workdir the agent's user owns (the test's tmp_path is closed to other users)."""
     folder = Path(tempfile.mkdtemp(prefix="dlg-run-as-"))
@@ -48,8 +63,8 @@ def shared_workdir(agent_user: str) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-# The agent reports with the system Python and the toolkit's source (the venv's interpreter
-# lives under /root, which other users cannot enter).
+# The agent reports with the system Python and a readable copy of the toolkit's source (the
+# venv's interpreter lives under /root, and a checkout may sit in a 0700 folder).
 AGENT = """
 cat "$DELEGATE_HOME/jobs/$DELEGATE_JOB_ID.json" > /dev/null 2> denied.txt; echo $? > denied.code
 id -u > uid.txt
@@ -64,7 +79,9 @@ report --event completed --detail done
 """
 
 
-def test_an_agent_run_as_another_user(home: Path, tmux_env, agent_user: str, shared_workdir):
+def test_an_agent_run_as_another_user(
+    home: Path, tmux_env, agent_user: str, shared_workdir, readable_toolkit
+):
     home.mkdir(parents=True, exist_ok=True)
     (home / "delegate.toml").write_text(
         textwrap.dedent(f"""
@@ -73,7 +90,7 @@ def test_an_agent_run_as_another_user(home: Path, tmux_env, agent_user: str, sha
         prompt = "stdin"
         preamble = false
         run_as = "{agent_user}"
-        env = {{ PYTHONPATH = "{ROOT}" }}
+        env = {{ PYTHONPATH = "{readable_toolkit}" }}
     """)
     )
     state = State.open(env={"DELEGATE_HOME": str(home)})
