@@ -423,6 +423,163 @@ def ps(
     return 0
 
 
+session_app = typer.Typer(
+    help="List, stop and resume the tmux sessions agents run in.", no_args_is_help=True
+)
+app.add_typer(session_app, name="session")
+SessionArg = Annotated[str, typer.Argument(help="The session name (dlg-<job id>, or --session).")]
+
+
+def _print_session(view: Any, as_json: bool) -> None:
+    if as_json:
+        _print_json(view.to_dict())
+    else:
+        print(f"{view.name} {view.state} (job {view.job_id or '-'})")
+
+
+@session_app.command("list")
+def session_list(
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Also terminated and archived sessions.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> int:
+    """Running and stopped sessions with the jobs each hosted.
+
+    Example: delegate session list --all --json
+    """
+    from .services.session import list_sessions
+
+    found = list_sessions(_state(), show_all=show_all)
+    if as_json:
+        for view in found:
+            _print_json(view.to_dict())
+        return 0
+    _table(
+        None,
+        ["SESSION", "STATE", "JOB", "JOBS", "AGENT", "WORKDIR"],
+        [
+            [v.name, v.state, v.job_id or "-", str(len(v.jobs)), v.agent or "-", v.workdir or "-"]
+            for v in found
+        ],
+    )
+    return 0
+
+
+@session_app.command("stop")
+def session_stop(
+    name: SessionArg,
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode",
+            help="graceful (signal the agent, keep the session), soft (archive, leave it"
+            " running) or hard (kill it all).",
+        ),
+    ] = "graceful",
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="graceful: seconds before SIGTERM.")
+    ] = 30.0,
+    as_json: JsonOpt = False,
+) -> int:
+    """Stop the session's agent; its job ends cancelled with the mode in its reason.
+
+    Example: delegate session stop dlg-1a2b3c4d --mode graceful --timeout 10
+    """
+    from .services.session import stop
+
+    _print_session(stop(_state(), name, mode=mode, timeout_s=timeout), as_json)
+    return 0
+
+
+@session_app.command("resume")
+def session_resume(
+    name: SessionArg,
+    prompt: Annotated[
+        str | None, typer.Option("--prompt", help="The instructions, or - to read stdin.")
+    ] = None,
+    prompt_file: Annotated[
+        Path | None, typer.Option("--prompt-file", help="Read the instructions from this file.")
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait/--no-wait", help="Follow the new job to its end.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> int:
+    """Start a new job in a stopped session, in the same folder.
+
+    Example: delegate session resume nightly --prompt 'carry on with the tests'
+    """
+    from .services.session import resume
+    from .services.submit import read_prompt
+
+    text = None
+    if prompt is not None or prompt_file is not None:
+        text = read_prompt(text=prompt, file=prompt_file, stdin=sys.stdin)
+    result, how = resume(_state(), name, prompt=text, wait=wait, emit=_print_json)
+    print(f"delegate: session {name}: {how}", file=sys.stderr)
+    if result.outcome is not None:
+        return int(result.outcome.exit_code)
+    if as_json:
+        _print_json(result.job.public_dict())
+    else:
+        print(result.job.job_id)
+    return 0
+
+
+@app.command()
+def attach(name: SessionArg) -> int:
+    """Attach this terminal to a session's tmux (detach with the tmux prefix, then d).
+
+    Example: delegate attach dlg-1a2b3c4d
+    """
+    import subprocess
+
+    from .services.session import attach_argv
+
+    return subprocess.run(attach_argv(_state(), name), check=False).returncode
+
+
+@app.command()
+def send(
+    name: SessionArg,
+    text: Annotated[str, typer.Argument(help="Text typed into the pane, literally.")],
+    no_enter: Annotated[bool, typer.Option("--no-enter", help="Do not press Enter.")] = False,
+    keys: Annotated[
+        bool, typer.Option("--keys", help="TEXT is tmux key names (C-c, Enter, Up).")
+    ] = False,
+) -> int:
+    """Type text into a session's pane, what an agent reading its terminal receives.
+
+    Example: delegate send dlg-1a2b3c4d 'yes, go ahead'
+    """
+    from .services.session import send as send_text
+
+    send_text(_state(), name, text, enter=not no_enter, keys=keys)
+    return 0
+
+
+@app.command()
+def peek(
+    name: SessionArg,
+    lines: Annotated[int, typer.Option("--lines", help="How many lines.")] = 20,
+    as_json: JsonOpt = False,
+) -> int:
+    """The last non-blank lines a session's pane shows or holds in its history.
+
+    Example: delegate peek dlg-1a2b3c4d --lines 40
+    """
+    from .services.session import peek as peek_pane
+
+    found = peek_pane(_state(), name, lines=lines)
+    if as_json:
+        _print_json({"session": name, "lines": found})
+    else:
+        for line in found:
+            print(line)
+    return 0
+
+
 @app.command()
 def monitor(
     once: Annotated[bool, typer.Option("--once", help="Make one pass and exit.")] = False,

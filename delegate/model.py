@@ -69,6 +69,20 @@ class SessionState(StrEnum):
     ARCHIVED = "archived"
 
 
+# Which session changes make sense. terminated closes the record for good; archived (tmux left
+# alive for a person to look at) may still be killed.
+SESSION_TRANSITIONS: dict[SessionState, frozenset[SessionState]] = {
+    SessionState.RUNNING: frozenset(
+        {SessionState.STOPPED, SessionState.TERMINATED, SessionState.ARCHIVED}
+    ),
+    SessionState.STOPPED: frozenset(
+        {SessionState.RUNNING, SessionState.TERMINATED, SessionState.ARCHIVED}
+    ),
+    SessionState.ARCHIVED: frozenset({SessionState.TERMINATED}),
+    SessionState.TERMINATED: frozenset(),
+}
+
+
 class EventType(StrEnum):
     STARTED = "started"
     PROGRESS = "progress"
@@ -126,6 +140,8 @@ class Job(NamedTuple):
     # Who is launching it (pid and process start time), so a crash between register and launch
     # can be told from a launch still under way.
     launcher: dict[str, Any] | None = None
+    # The agent's own conversation, when its channel names one; `session resume` continues it.
+    conversation_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._asdict()

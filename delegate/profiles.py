@@ -14,6 +14,7 @@ Built in: `shell` (the prompt is a bash script), `claude`, `codex`. More come fr
     path = ["/opt/aider/bin", "/usr/bin", "/bin"]   # the agent's PATH (default: the submitter's)
     mqtt_credentials = "~/.config/delegate/agent-mqtt.toml"   # the agent's own broker login
     run_as = "agent"           # start the agent as this OS user (needs root)
+    stop = { signal = "SIGINT" }   # what `session stop --mode graceful` sends the agent first
 
 A table holding only `max_running` caps a built-in profile (`[profiles.claude]`). A top-level
 `max_running = N` caps all jobs, and `[notify]` names a notifier:
@@ -117,6 +118,7 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
         "path",
         "mqtt_credentials",
         "run_as",
+        "stop",
     }
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -155,6 +157,9 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
     credentials = table.get("mqtt_credentials")
     if credentials is not None and not isinstance(credentials, str):
         raise ConfigError(f"{where}: mqtt_credentials must be the path of a file")
+    stop = table.get("stop", {})
+    if not isinstance(stop, dict) or set(stop) - {"signal"}:
+        raise ConfigError(f'{where}: stop must be a table like {{ signal = "SIGINT" }}')
     run_as = table.get("run_as")
     if run_as is not None and (not isinstance(run_as, str) or not run_as):
         raise ConfigError(f"{where}: run_as must be a user name")

@@ -440,7 +440,7 @@ def reconcile(snap: Snapshot, settings: Settings = Settings()) -> list[Action]:
         if row.job_id in ended_by_this_pass:
             continue
         if row_pane is None:
-            if row.state in (SessionState.RUNNING, SessionState.STOPPED) and not job_open:
+            if not job_open:  # running, stopped or archived: the tmux session is gone
                 actions.append(
                     SetSession(
                         "set_session",

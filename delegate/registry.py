@@ -334,6 +334,8 @@ class Registry:
         job = job._replace(status=target)
         if target is JobState.ERROR:
             job = job._replace(error=reason or "error")
+        elif target is JobState.CANCELLED and reason:
+            job = job._replace(error=reason)  # why it was cancelled (a session stop's mode)
         if target is JobState.RUNNING and job.started_at is None:
             job = job._replace(started_at=record_timestamp(self._now()))
         if target is JobState.PENDING:
@@ -494,5 +496,5 @@ class Registry:
                 return self._save(job._replace(launcher=launcher), job.status)
             return None
 
-    def cancel(self, job_id: str) -> Job:
-        return self.transition(job_id, JobState.CANCELLED)
+    def cancel(self, job_id: str, *, reason: str | None = None) -> Job:
+        return self.transition(job_id, JobState.CANCELLED, reason=reason)

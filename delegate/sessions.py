@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from .errors import DelegateError
 from .fsio import PRIVATE_FILE
-from .model import SessionState
+from .model import SESSION_TRANSITIONS, SessionState
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -50,18 +50,6 @@ SCHEMA_VERSION = 2
 _COLUMNS = "name, state, job_id, agent, workdir, pane_pid, created_at, updated_at, socket"
 # Rows a monitor pass looks at: the session may still exist in tmux, or is kept on purpose.
 LIVE_STATES = ("running", "stopped", "archived")
-
-# Which session changes make sense; terminated and archived close the record for good.
-SESSION_TRANSITIONS: dict[SessionState, frozenset[SessionState]] = {
-    SessionState.RUNNING: frozenset(
-        {SessionState.STOPPED, SessionState.TERMINATED, SessionState.ARCHIVED}
-    ),
-    SessionState.STOPPED: frozenset(
-        {SessionState.RUNNING, SessionState.TERMINATED, SessionState.ARCHIVED}
-    ),
-    SessionState.TERMINATED: frozenset(),
-    SessionState.ARCHIVED: frozenset(),
-}
 
 
 class SessionError(DelegateError):
@@ -218,10 +206,12 @@ class SessionInventory:
         *,
         reason: str,
         job_id: str | None = None,
+        strict: bool = False,
     ) -> tuple[Session, bool]:
         """Move a session to `state`; return (session, changed). Idempotent for the same state;
-        a move the table does not allow (out of terminated, say) changes nothing, and so does a
-        move meant for `job_id` once the session hosts another job. The move is decided inside
+        a move the table (model.SESSION_TRANSITIONS) does not allow changes nothing, or raises
+        SessionError with `strict`; so does a move meant for `job_id` once the session hosts
+        another job. The move is decided inside
         one transaction, so of two callers exactly one sees changed=True."""
         now = _now()
         with self._write() as conn:
@@ -234,8 +224,14 @@ class SessionInventory:
             current = self._row(row)
             if job_id is not None and current.job_id != job_id:
                 return current, False
-            if current.state is state or state not in SESSION_TRANSITIONS[current.state]:
+            if current.state is state:
                 return current, False
+            if state not in SESSION_TRANSITIONS[current.state]:
+                if strict:  # a person asked for it: say why it cannot be
+                    raise SessionError(
+                        f"session {name} is {current.state.value}; it cannot become {state.value}"
+                    )
+                return current, False  # a reconcile pass saw an older state: nothing to do
             conn.execute(
                 "UPDATE sessions SET state = ?, updated_at = ? WHERE name = ?",
                 (state.value, now, name),

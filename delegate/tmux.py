@@ -199,9 +199,16 @@ class Tmux:
             raise TmuxUnreachable(self.socket_path, seen.reason)
         return [p for p in seen.panes if p.job_id or not owned_only]
 
-    def capture(self, name: str, *, lines: int = 200) -> str:
-        out = self._run("capture-pane", "-p", "-J", "-t", f"{name}:", "-S", f"-{lines}")
+    def capture(self, name: str, *, lines: int | None = 200) -> str:
+        """What the pane shows and the last `lines` of its history (None: all of it)."""
+        start = "-" if lines is None else f"-{lines}"
+        out = self._run("capture-pane", "-p", "-J", "-t", f"{name}:", "-S", start)
         return "\n".join(out)
+
+    def send_key_names(self, name: str, keys: Sequence[str]) -> None:
+        """tmux key names (`Enter`, `C-c`, `Up`) as keys, for `send --keys`."""
+        if keys:
+            self._run("send-keys", "-t", f"{name}:", *keys)
 
     def send_keys(self, name: str, text: str, *, enter: bool = True) -> None:
         # -l: literal text, so words like "Enter" or "C-c" inside `text` are not keys.

@@ -327,6 +327,7 @@ def _run_agent(
         report(state, job_id, "error", detail=f"agent could not start: {exc.strerror}")
         return 127
     relay.attach(agent.pid)
+    _give_terminal(agent.pid)
     threads = []
     if agent.stdin is not None:
         prompt = prompt_path.read_bytes() if prompt_path.is_file() else b""
@@ -354,6 +355,16 @@ def _run_agent(
         with contextlib.suppress(PublishRefused):
             report(state, job_id, event, detail=detail, data={"exit_status": returncode})
     return returncode if returncode >= 0 else 128 - returncode
+
+
+def _give_terminal(pgid: int) -> None:
+    """Make the agent's group the pane terminal's foreground group, so an agent that reads its
+    terminal (what `delegate send` types) is not stopped by SIGTTIN, and keys like C-c reach
+    it. The wrapper keeps writing to the terminal from the background (no TOSTOP)."""
+    with contextlib.suppress(OSError, ValueError):
+        fd = sys.stdin.fileno()
+        if os.isatty(fd):
+            os.tcsetpgrp(fd, pgid)
 
 
 def _kill_group(pgid: int) -> None:

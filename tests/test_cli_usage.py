@@ -26,6 +26,9 @@ COMMANDS = [
     "ps",
     "monitor",
     "report",
+    "attach",
+    "send",
+    "peek",
 ]
 
 
@@ -231,3 +234,10 @@ def test_process_entry_points_fail_in_one_line(home: Path, module: str):
     )
     assert result.returncode == 66, result.stderr
     assert_one_line_error(result)
+
+
+@pytest.mark.parametrize("sub", ["list", "stop", "resume"])
+def test_session_subcommands_have_help_with_an_example(home: Path, sub: str):
+    result = run_cli(home, "session", sub, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "Example" in result.stdout

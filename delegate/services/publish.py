@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import audit
 from .._logging import get_logger
-from ..errors import BusError, DelegateError, UsageError
+from ..errors import BusError, DelegateError, PublishRefused, UsageError
 from ..model import EVENT_TARGET_STATE, EventType, validate_job_id
 from ..protocol import MAX_MESSAGE_BYTES, build_envelope, encode, redact, redact_data, sign
 from .state import State
@@ -82,7 +82,12 @@ def publish_event(
     if len(probe) + 16 > MAX_MESSAGE_BYTES:  # 16: room for a longer seq
         raise UsageError(f"the event is {len(probe)} bytes; the limit is {MAX_MESSAGE_BYTES}")
 
-    job, seq = state.registry.next_seq(job_id, event)
+    try:
+        job, seq = state.registry.next_seq(job_id, event)
+    except PublishRefused as exc:
+        # a report from an agent whose job ended (cancelled, stopped): refused, and on record
+        state.audit.append(job_id, "publish_refused", event=event.value, reason=exc.reason)
+        raise
     envelope = sign(
         build_envelope(job_id=job_id, seq=seq, event=event.value, detail=safe_detail, data=data),
         job.auth_token,

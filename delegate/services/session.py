@@ -1,0 +1,254 @@
+"""A person's hand on sessions: list, stop (graceful, soft, hard), resume, send, peek, attach.
+
+Stopping ends the job inside as `cancelled` with the mode in its reason, before the agent is
+touched, so whatever the agent reports afterwards is refused (and audited as refused):
+- graceful: the agent's process group gets SIGINT (or the profile's `stop = { signal = ... }`),
+  SIGTERM after the timeout, SIGKILL after as long again; the tmux session stays with its dead
+  pane, state `stopped`, ready for `resume`;
+- soft: state `archived`, tmux and the agent left alive for a person to look at;
+- hard: the tmux session and every process of the job killed, state `terminated`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ..errors import DelegateError, UsageError
+from ..model import Job, SessionState
+from ..profiles import config_path, load_config, profiles
+from ..sessions import Session, SessionError
+from ..tmux import Tmux, alive, processes_of_job, validate_session_name
+from .launch import inventory, tmux_for
+from .state import State
+
+STOP_MODES = ("graceful", "soft", "hard")
+DEFAULT_STOP_TIMEOUT_S = 30.0
+
+
+class SessionNotFound(DelegateError):
+    exit_code = 66
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"no session {name}")
+
+
+class SessionView(NamedTuple):
+    name: str
+    state: str
+    job_id: str | None
+    jobs: list[str]
+    agent: str | None
+    workdir: str | None
+    created_at: str
+    conversation_id: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._asdict()
+
+
+def _row(state: State, name: str) -> Session:
+    validate_session_name(name)
+    row = inventory(state).get(name)
+    if row is None:
+        raise SessionNotFound(name)
+    return row
+
+
+def _jobs_of(state: State, name: str) -> list[str]:
+    hosted: list[str] = []
+    for entry in inventory(state).history(name):
+        if entry.job_id and entry.job_id not in hosted:
+            hosted.append(entry.job_id)
+    return hosted
+
+
+def view(state: State, row: Session) -> SessionView:
+    conversation = None
+    if row.job_id:
+        with contextlib.suppress(DelegateError):
+            conversation = state.registry.get(row.job_id).conversation_id
+    return SessionView(
+        row.name,
+        row.state.value,
+        row.job_id,
+        _jobs_of(state, row.name),
+        row.agent,
+        row.workdir,
+        row.created_at,
+        conversation,
+    )
+
+
+def list_sessions(state: State, *, show_all: bool = False) -> list[SessionView]:
+    """Running and stopped sessions (with `show_all`, terminated and archived ones too)."""
+    rows = inventory(state).list()
+    if not show_all:
+        rows = [r for r in rows if r.state in (SessionState.RUNNING, SessionState.STOPPED)]
+    return [view(state, r) for r in rows]
+
+
+def _stop_signal(state: State, job: Job) -> int:
+    """The profile's `stop = { signal = "SIGINT" }`, SIGINT by default."""
+    source = config_path(state.layout.home, state.env)
+    table = load_config(source).get("profiles", {}).get(job.agent or "", {})
+    stop = table.get("stop", {}) if isinstance(table, dict) else {}
+    name = stop.get("signal", "SIGINT") if isinstance(stop, dict) else "SIGINT"
+    try:
+        return int(signal.Signals[str(name)])
+    except KeyError:
+        raise UsageError(f"[profiles.{job.agent}] stop.signal {name!r} is not a signal") from None
+
+
+def _agent_groups(job_id: str, wrapper_pid: int | None) -> set[int]:
+    """Process groups of the job's agent (the wrapper's own group left out)."""
+    groups = set()
+    wrapper_group = None
+    if wrapper_pid:
+        with contextlib.suppress(OSError):
+            wrapper_group = os.getpgid(wrapper_pid)
+    for pid in processes_of_job(job_id):
+        with contextlib.suppress(OSError):
+            group = os.getpgid(pid)
+            if group != wrapper_group:
+                groups.add(group)
+    return groups
+
+
+def _signal_groups(groups: set[int], signum: int) -> None:
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signum)
+
+
+def _wait_gone(job_id: str, wrapper_pid: int | None, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not _agent_groups(job_id, wrapper_pid) and not (wrapper_pid and alive(wrapper_pid)):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def stop(
+    state: State, name: str, *, mode: str, timeout_s: float = DEFAULT_STOP_TIMEOUT_S
+) -> SessionView:
+    if mode not in STOP_MODES:
+        raise UsageError(f"--mode must be one of {', '.join(STOP_MODES)}")
+    if timeout_s < 0:
+        raise UsageError("--timeout must be zero or more seconds")
+    row = _row(state, name)
+    sessions = inventory(state)
+    target = {
+        "graceful": SessionState.STOPPED,
+        "soft": SessionState.ARCHIVED,
+        "hard": SessionState.TERMINATED,
+    }[mode]
+    if row.state is not SessionState.RUNNING and not (
+        mode == "hard" and row.state in (SessionState.STOPPED, SessionState.ARCHIVED)
+    ):
+        raise SessionError(
+            f"session {name} is {row.state.value}; only a running one can be stopped"
+        )
+    job = state.registry.get(row.job_id) if row.job_id else None
+    if mode != "hard":
+        # The session's new state first: a supervisor or monitor that sees the job cancelled
+        # next must find the session stopped or archived, not running (which it would kill).
+        sessions.set_state(
+            name, target, reason=f"session stop --mode {mode}", job_id=row.job_id, strict=True
+        )
+    if job is not None and not job.status.terminal:
+        # then the books: from here on the agent's reports are refused
+        job = state.registry.cancel(job.job_id, reason=f"session stopped ({mode})")
+    server = tmux_for(state, job) if job is not None else Tmux(row.socket, state.env)
+    if mode == "graceful" and job is not None:
+        groups = _agent_groups(job.job_id, row.pane_pid)
+        _signal_groups(groups, _stop_signal(state, job))
+        if not _wait_gone(job.job_id, row.pane_pid, timeout_s):
+            _signal_groups(_agent_groups(job.job_id, row.pane_pid), signal.SIGTERM)
+            if not _wait_gone(job.job_id, row.pane_pid, max(timeout_s, 1.0)):
+                _signal_groups(_agent_groups(job.job_id, row.pane_pid), signal.SIGKILL)
+    elif mode == "hard":
+        server.kill(name, job_id=row.job_id)
+        sessions.set_state(
+            name, target, reason=f"session stop --mode {mode}", job_id=row.job_id, strict=True
+        )
+    return view(state, _row(state, name))
+
+
+def resume(
+    state: State, name: str, *, prompt: bytes | None, wait: bool, emit: Any
+) -> tuple[Any, str]:
+    """A new job in session `name` (stopped), continuing the agent's conversation where its
+    profile can (`resume = [...]` with `{conversation_id}`), else afresh; returns the submit
+    result and a sentence saying which."""
+    from .submit import SubmitRequest, submit
+
+    row = _row(state, name)
+    if row.state is not SessionState.STOPPED:
+        raise SessionError(f"session {name} is {row.state.value}; only a stopped one resumes")
+    if row.job_id is None:
+        raise SessionError(f"session {name} never hosted a job")
+    previous = state.registry.get(row.job_id)
+    source = config_path(state.layout.home, state.env)
+    known = profiles(load_config(source), source)
+    agent, cmd = previous.agent, None
+    if agent not in known:
+        argv = list(previous.launch.get("argv") or [])
+        if agent == "cmd" and len(argv) == 3:
+            agent, cmd = None, argv[2]
+        else:
+            raise SessionError(f"session {name}: its agent profile {agent!r} is gone")
+    how = "started afresh: the agent's profile cannot continue a conversation"
+    if previous.conversation_id:
+        how = f"started afresh: no resume command for {agent!r}"
+    if prompt is None:
+        raise UsageError("resume starts the agent afresh here: give --prompt or --prompt-file")
+    request = SubmitRequest(
+        prompt=prompt,
+        agent=agent,
+        cmd=cmd,
+        workdir=Path(previous.workdir or "."),
+        session=name,
+        wall_timeout_s=previous.wall_timeout_s,
+        idle_timeout_s=previous.idle_timeout_s,
+        bus_url=previous.bus.get("url"),
+    )
+    return submit(state, request, wait=wait, emit=emit), how
+
+
+def send(state: State, name: str, text: str, *, enter: bool = True, keys: bool = False) -> None:
+    """Type `text` into the pane literally (tmux key names only with `keys`)."""
+    row = _row(state, name)
+    server = Tmux(row.socket, state.env)
+    if keys:
+        server.send_key_names(name, text.split())
+        return
+    server.send_keys(name, text, enter=enter)
+
+
+def peek(state: State, name: str, *, lines: int = 20) -> list[str]:
+    """The last `lines` non-blank lines the pane shows or holds in its history."""
+    if lines < 1:
+        raise UsageError("--lines must be a positive number")
+    row = _row(state, name)
+    text = Tmux(row.socket, state.env).capture(name, lines=None)
+    # tmux's own "Pane is dead (status 0, ...)" note is not the agent's output
+    kept = [
+        line for line in text.splitlines() if line.strip() and not line.startswith("Pane is dead (")
+    ]
+    return kept[-lines:]
+
+
+def attach_argv(state: State, name: str) -> list[str]:
+    """The tmux command that attaches this terminal to session `name`."""
+    row = _row(state, name)
+    server = Tmux(row.socket, state.env)
+    if not server.has_session(name):
+        raise SessionError(f"session {name} is not in tmux any more ({row.state.value})")
+    return ["tmux", "-S", server.socket_path, "attach-session", "-t", f"={name}"]
