@@ -18,6 +18,11 @@ def main(argv: list[str] | None = None) -> int:
 
             _logging.configure_lazily()
             return main_publish(argv[1:])
+        if argv[:1] == ["hook"] and not {"-h", "--help"} & set(argv):
+            from .fastcli import main_hook
+
+            _logging.configure_lazily()
+            return main_hook(argv[1:])
         _logging.configure()
         from .cli import run
 

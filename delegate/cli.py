@@ -118,6 +118,19 @@ def publish(
 
 
 @app.command()
+def hook() -> int:
+    """Turn a Claude Code hook call (its JSON on stdin) into this job's events.
+
+    Called by the hooks submit writes into the job's --settings file; exits 0 whatever happens,
+    so a hook never blocks the agent.
+    Example: echo '{"hook_event_name": "Stop"}' | delegate hook
+    """
+    from .fastcli import main_hook
+
+    return main_hook([])
+
+
+@app.command()
 def watch(
     job_id: JobIdArg,
     wall_timeout: Annotated[

@@ -98,3 +98,58 @@ def main_publish(argv: list[str]) -> int:
     except DelegateError as exc:
         say(exc)
         return exc.exit_code
+
+
+def main_hook(argv: list[str]) -> int:
+    """`delegate hook`: a Claude Code hook call (its JSON on stdin) turned into this job's
+    events, through the pane's wrapper when there is one. It never blocks the agent: whatever
+    goes wrong is one line on stderr and exit 0 (Claude Code waits for synchronous hooks, and a
+    failing hook must not stop its work)."""
+    if argv:
+        say("hook takes no arguments; the hook's JSON comes on stdin")
+        return 64
+    try:
+        raw = sys.stdin.buffer.read(1024 * 1024 + 1)
+        payload = json.loads(raw) if len(raw) <= 1024 * 1024 else None
+        if not isinstance(payload, dict):
+            raise UsageError("the hook input is not a JSON object of at most 1 MiB")
+        from .channels import hook_events
+
+        for item in hook_events(payload):
+            if item.conversation_id:
+                _hook_request({"op": "conversation", "conversation_id": item.conversation_id})
+            else:
+                _hook_request(
+                    {"event": item.event, "detail": item.detail, "data": json.dumps(item.data)}
+                )
+    except (DelegateError, ValueError, OSError) as exc:
+        say(f"hook: {exc}")
+    return 0
+
+
+def _hook_request(request: dict[str, object]) -> None:
+    path = os.environ.get("DELEGATE_PUBLISH_SOCKET")
+    if path:
+        from .publish_socket import request as ask
+
+        answer = ask(path, request)
+        if answer is not None:
+            if not answer.get("ok"):
+                raise DelegateError(str(answer.get("message", "the wrapper refused")))
+            return
+    from .services.state import State
+
+    state = State.open()
+    if request.get("op") == "conversation":
+        from .wrapper import record_conversation
+
+        job_id = os.environ.get("DELEGATE_JOB_ID") or ""
+        record_conversation(state, job_id, str(request["conversation_id"]))
+        return
+    publish_receipt(
+        state,
+        job=None,
+        event=str(request["event"]),
+        detail=str(request.get("detail") or ""),
+        data=str(request.get("data") or ""),
+    )

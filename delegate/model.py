@@ -142,6 +142,10 @@ class Job(NamedTuple):
     launcher: dict[str, Any] | None = None
     # The agent's own conversation, when its channel names one; `session resume` continues it.
     conversation_id: str | None = None
+    # What the agent's channel reported at its end (claude-stream result, codex usage).
+    cost_usd: float | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._asdict()

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 CONFIG_ENV = "DELEGATE_CONFIG"
 PROMPT_MODES = ("stdin", "file")
 CLEAN_EXIT = ("completed", "error")
-PLACEHOLDERS = ("prompt_file", "workdir", "job_id")
+PLACEHOLDERS = ("prompt_file", "workdir", "job_id", "settings_file", "conversation_id")
 NOTIFY_EVENTS_DEFAULT = ("permission_required", "completed", "error")
 
 
@@ -59,22 +59,56 @@ class Profile(NamedTuple):
     path: tuple[str, ...] | None = None
     mqtt_credentials: str | None = None
     run_as: str | None = None  # the OS user the agent runs as (the wrapper needs root for it)
+    channel: str = "none"  # claude-stream, codex-json: the agent's own structured output
+    resume: tuple[str, ...] | None = None  # the command that continues {conversation_id}
     shell_text: bool = False  # a `--cmd`: its first word is resolved only when it is a command
 
-    def argv(self, *, prompt_file: Path, workdir: Path, job_id: str) -> list[str]:
-        values = {"prompt_file": str(prompt_file), "workdir": str(workdir), "job_id": job_id}
+    def argv(
+        self,
+        *,
+        prompt_file: Path,
+        workdir: Path,
+        job_id: str,
+        settings_file: Path | None = None,
+        conversation_id: str | None = None,
+    ) -> list[str]:
+        """The command with its placeholders filled; with `conversation_id`, the `resume`
+        command instead (the caller checks there is one)."""
+        values = {
+            "prompt_file": str(prompt_file),
+            "workdir": str(workdir),
+            "job_id": job_id,
+            "settings_file": str(settings_file or ""),
+            "conversation_id": conversation_id or "",
+        }
+        command = self.resume if conversation_id and self.resume else self.command
         out = []
-        for part in self.command:
+        for part in command:
             for key, value in values.items():
                 part = part.replace("{" + key + "}", value)
             out.append(part)
         return out
 
 
+_CLAUDE_STREAM = ("--output-format", "stream-json", "--verbose", "--settings", "{settings_file}")
 BUILTIN: dict[str, Profile] = {
     "shell": Profile("shell", ("bash", "{prompt_file}"), prompt="file"),
-    "claude": Profile("claude", ("claude", "-p"), prompt="stdin", preamble=True),
-    "codex": Profile("codex", ("codex", "exec", "-"), prompt="stdin", preamble=True),
+    "claude": Profile(
+        "claude",
+        ("claude", "-p", *_CLAUDE_STREAM),
+        prompt="stdin",
+        preamble=True,
+        channel="claude-stream",
+        resume=("claude", "-p", "--resume", "{conversation_id}", *_CLAUDE_STREAM),
+    ),
+    "codex": Profile(
+        "codex",
+        ("codex", "exec", "--json", "-"),
+        prompt="stdin",
+        preamble=True,
+        channel="codex-json",
+        resume=("codex", "exec", "--json", "resume", "{conversation_id}", "-"),
+    ),
 }
 
 
@@ -119,6 +153,8 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
         "mqtt_credentials",
         "run_as",
         "stop",
+        "channel",
+        "resume",
     }
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -160,6 +196,14 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
     stop = table.get("stop", {})
     if not isinstance(stop, dict) or set(stop) - {"signal"}:
         raise ConfigError(f'{where}: stop must be a table like {{ signal = "SIGINT" }}')
+    channel = table.get("channel", "none")
+    if channel not in ("none", "claude-stream", "codex-json"):
+        raise ConfigError(f"{where}: channel must be none, claude-stream or codex-json")
+    resume = table.get("resume")
+    if resume is not None and (
+        not isinstance(resume, list) or not resume or not all(isinstance(c, str) for c in resume)
+    ):
+        raise ConfigError(f"{where}: resume must be a command list with {{conversation_id}}")
     run_as = table.get("run_as")
     if run_as is not None and (not isinstance(run_as, str) or not run_as):
         raise ConfigError(f"{where}: run_as must be a user name")
@@ -174,6 +218,8 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
         path=tuple(path) if path is not None else None,
         mqtt_credentials=credentials,
         run_as=run_as,
+        channel=channel,
+        resume=tuple(resume) if resume else None,
     )
 
 

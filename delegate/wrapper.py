@@ -130,9 +130,13 @@ def _feed(stdin: IO[bytes], prompt: bytes) -> None:
             stdin.close()
 
 
-def _copy_output(source: IO[bytes], log_path: Path) -> None:
+def _copy_output(
+    source: IO[bytes], log_path: Path, listener: ChannelListener | None = None
+) -> None:
+    """Copy the agent's output to agent.log and the pane; a channel's lines go to `listener`."""
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     out = sys.stdout.buffer
+    pending = b""
     try:
         while chunk := source.read1(CHUNK):  # type: ignore[attr-defined]
             os.write(fd, chunk)
@@ -141,8 +145,69 @@ def _copy_output(source: IO[bytes], log_path: Path) -> None:
                 out.flush()
             except OSError:
                 pass  # the pane went away; keep logging
+            if listener is not None:
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    listener.line(line)
+        if listener is not None and pending:
+            listener.line(pending)
     finally:
         os.close(fd)
+
+
+class ChannelListener:
+    """Turns the agent's own structured output (its profile's `channel`) into events."""
+
+    def __init__(self, state: State, job_id: str, channel: str) -> None:
+        from .channels import parser_for
+
+        self.state = state
+        self.job_id = job_id
+        self.parser = parser_for(channel)
+
+    def line(self, raw: bytes) -> None:
+        if self.parser is not None:
+            self.apply(self.parser.feed(raw))
+
+    def finish(self) -> None:
+        if self.parser is not None:
+            self.apply(self.parser.finish())
+            if self.parser.malformed:
+                self.state.audit.append(
+                    self.job_id, "channel_malformed", lines=self.parser.malformed
+                )
+
+    def apply(self, events: list[Any]) -> None:
+        for item in events:
+            if item.conversation_id:
+                record_conversation(self.state, self.job_id, item.conversation_id)
+                continue
+            if item.event in ("completed", "error"):
+                record_usage(self.state, self.job_id, item.data)
+            with contextlib.suppress(PublishRefused):
+                report(self.state, self.job_id, item.event, detail=item.detail, data=item.data)
+
+
+def record_conversation(state: State, job_id: str, conversation_id: str) -> None:
+    job = state.registry.get(job_id)
+    if job.conversation_id != conversation_id:
+        state.registry.update(job_id, conversation_id=conversation_id)
+        state.audit.append(job_id, "conversation", conversation_id=conversation_id)
+
+
+def record_usage(state: State, job_id: str, data: dict[str, Any]) -> None:
+    """cost_usd, tokens_in, tokens_out from a channel's final word, into the record."""
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    assert isinstance(usage, dict)
+    changes: dict[str, Any] = {}
+    if isinstance(data.get("cost_usd"), int | float):
+        changes["cost_usd"] = float(data["cost_usd"])
+    for field, key in (("tokens_in", "input_tokens"), ("tokens_out", "output_tokens")):
+        if isinstance(usage.get(key), int):
+            changes[field] = usage[key]
+    if changes:
+        state.registry.update(job_id, **changes)
 
 
 def serve_publishes(state: State, job_id: str, identity: AgentIdentity | None = None) -> Any:
@@ -153,6 +218,12 @@ def serve_publishes(state: State, job_id: str, identity: AgentIdentity | None = 
     from .publish_socket import PublishServer, socket_path
 
     def handle(request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("op") == "conversation":  # a hook naming the agent's conversation
+            conversation = request.get("conversation_id")
+            if not isinstance(conversation, str) or not conversation:
+                return {"ok": False, "message": "no conversation id", "exit_code": 64}
+            record_conversation(state, job_id, conversation)
+            return {"ok": True, "receipt": {"job_id": job_id, "conversation_id": conversation}}
         asked = request.get("job")
         if asked not in (None, job_id):
             return {
@@ -334,8 +405,9 @@ def _run_agent(
         threads.append(threading.Thread(target=_feed, args=(agent.stdin, prompt), daemon=True))
     assert agent.stdout is not None
     # A daemon: a background child of the agent may hold its stdout open long after it exits.
+    listener = ChannelListener(state, job_id, str(launch.get("channel") or "none"))
     threads.append(
-        threading.Thread(target=_copy_output, args=(agent.stdout, log_path), daemon=True)
+        threading.Thread(target=_copy_output, args=(agent.stdout, log_path, listener), daemon=True)
     )
     for thread in threads:
         thread.start()
@@ -343,6 +415,7 @@ def _run_agent(
     relay.reaped()
     for thread in threads:
         thread.join(timeout=0.2 if relay.received else 5)
+    listener.finish()  # a codex stream that ended cleanly completes its job here
 
     if not state.registry.get(job_id).status.terminal:
         if relay.signal_name is not None:

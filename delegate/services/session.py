@@ -204,11 +204,18 @@ def resume(
             agent, cmd = None, argv[2]
         else:
             raise SessionError(f"session {name}: its agent profile {agent!r} is gone")
-    how = "started afresh: the agent's profile cannot continue a conversation"
-    if previous.conversation_id:
-        how = f"started afresh: no resume command for {agent!r}"
-    if prompt is None:
-        raise UsageError("resume starts the agent afresh here: give --prompt or --prompt-file")
+    profile = known.get(agent or "")
+    conversation = previous.conversation_id
+    if conversation and profile is not None and profile.resume:
+        how = f"continues conversation {conversation}"
+        prompt = prompt if prompt is not None else b"Continue where you left off.\n"
+    else:
+        conversation = None
+        how = "started afresh: no conversation to continue"
+        if previous.conversation_id:
+            how = f"started afresh: the profile {agent!r} has no resume command"
+        if prompt is None:
+            raise UsageError(f"resume {how}; give --prompt or --prompt-file")
     request = SubmitRequest(
         prompt=prompt,
         agent=agent,
@@ -218,6 +225,7 @@ def resume(
         wall_timeout_s=previous.wall_timeout_s,
         idle_timeout_s=previous.idle_timeout_s,
         bus_url=previous.bus.get("url"),
+        conversation_id=conversation,
     )
     return submit(state, request, wait=wait, emit=emit), how
 

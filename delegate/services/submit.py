@@ -52,6 +52,8 @@ class SubmitRequest(NamedTuple):
     idempotency_key: str | None = None
     max_running: int | None = None
     on_event: str | None = None
+    # `session resume`: continue this conversation with the profile's `resume` command
+    conversation_id: str | None = None
 
 
 class SubmitResult(NamedTuple):
@@ -72,6 +74,19 @@ def parse_on_event(text: str | None) -> list[str] | None:
     if not argv:
         raise UsageError("--on-event is empty")
     return argv
+
+
+HOOK_EVENTS = ("PermissionRequest", "Notification", "Stop", "SessionStart")
+
+
+def claude_settings() -> bytes:
+    """This job's Claude Code settings (passed with --settings; the user's own are never
+    edited): every hook we listen to calls this installation's `delegate hook`."""
+    import json
+
+    hook = str(Path(agent_env.toolkit_bin()) / "delegate") + " hook"
+    entry = [{"matcher": "", "hooks": [{"type": "command", "command": hook}]}]
+    return json.dumps({"hooks": {name: entry for name in HOOK_EVENTS}}, indent=2).encode()
 
 
 def check_run_as(user: str | None) -> None:
@@ -181,12 +196,23 @@ def _admit(
     job_dir = state.audit.job_dir(job.job_id, create=True)
     prompt_path = job_dir / "prompt"
     atomic_write(prompt_path, build_prompt(profile, request.prompt))
+    settings_path = None
+    if profile.channel == "claude-stream":
+        settings_path = job_dir / "claude-settings.json"
+        atomic_write(settings_path, claude_settings())
     launch = {
-        "argv": profile.argv(prompt_file=prompt_path, workdir=workdir, job_id=job.job_id),
+        "argv": profile.argv(
+            prompt_file=prompt_path,
+            workdir=workdir,
+            job_id=job.job_id,
+            settings_file=settings_path,
+            conversation_id=request.conversation_id,
+        ),
         "prompt": profile.prompt,
         "prompt_path": str(prompt_path),
         "clean_exit": profile.clean_exit,
         "run_as": profile.run_as,
+        "channel": profile.channel,
     }
     job = state.registry.update(
         job.job_id,
@@ -194,6 +220,7 @@ def _admit(
         tmux_socket=tmux.socket_path,
         max_running=request.max_running,
         notify=notify,
+        conversation_id=request.conversation_id,
     )
     env = agent_env.build(
         state,
