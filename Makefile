@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= dev,spark
 
-.PHONY: all setup system venv bytecode demo test lint format bench clean
+.PHONY: all setup system venv bytecode agents demo test lint format bench clean
 
 all: test
 
@@ -26,7 +26,18 @@ bytecode: $(STAMP)
 
 venv: $(STAMP)
 
-setup: system venv bytecode
+# The real agent CLIs, for the tests that check our profiles against them: into the checkout
+# (.cache/agents, ignored by git), never into the system.
+AGENTS     := .cache/agents
+AGENT_PKGS := @anthropic-ai/claude-code@2.1.197 @openai/codex@0.169.0
+$(AGENTS)/.installed: Makefile
+	@mkdir -p $(AGENTS)
+	npm install --prefix $(AGENTS) --no-audit --no-fund --loglevel=error $(AGENT_PKGS)
+	@touch $@
+
+agents: $(AGENTS)/.installed
+
+setup: system venv bytecode agents
 
 demo: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python examples/demo.py
@@ -47,4 +58,4 @@ bench: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .cache
