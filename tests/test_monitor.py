@@ -261,7 +261,9 @@ def test_a_simulated_reboot_leaves_nothing_open(home: Path, tmux_env, tmp_path: 
 
     for job_id in running:
         job = state.registry.get(job_id)
-        assert job.status is JobState.ERROR and job.error == "tmux_gone", job
+        # tmux_gone, unless a wrapper heard the hangup before its own SIGKILL and said so
+        assert job.status is JobState.ERROR, job
+        assert job.error == "tmux_gone" or "SIGHUP" in (job.error or ""), job.error
         assert session_of(home, job_id).state is SessionState.TERMINATED
     launched = {a["job_id"] for a in actions if a["action"] == "launch_job"}
     assert launched == {orphaned.job_id, waiting}

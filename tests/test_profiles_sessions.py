@@ -185,7 +185,7 @@ def test_max_running_and_notify_from_delegate_toml(tmp_path):
     caps = max_running_caps(config)
     assert caps.total == 4 and dict(caps.per_agent) == {"claude": 2, "mine": 1}
     found = profiles(config, source)
-    assert found["claude"].command == ("claude", "-p")  # a cap alone keeps the built-in
+    assert found["claude"] == BUILTIN["claude"]  # a cap alone keeps the built-in
     assert notifier(config, source) == (
         ["notify-send", "delegate"],
         ("permission_required", "completed", "error"),
