@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 
 from . import _logging
+
+TYPE_CHECKING = False  # the fast paths (publish, hook) import nothing they do not use
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def main(argv: list[str] | None = None) -> int:

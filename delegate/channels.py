@@ -16,20 +16,37 @@ A line that is not JSON, or not an object, is counted in `malformed` and otherwi
 
 from __future__ import annotations
 
-import json
-from typing import Any, NamedTuple
+from . import _fastjson as json
+
+TYPE_CHECKING = False  # `delegate hook` runs this in a fresh process: no typing import
+if TYPE_CHECKING:
+    from typing import Any
 
 CHANNELS = ("none", "claude-stream", "codex-json")
 PERMISSION_NOTIFICATIONS = ("permission_prompt", "elicitation_dialog")
 
 
-class ChannelEvent(NamedTuple):
+class ChannelEvent:
     """An event to publish (`event` set), or a fact to record (`conversation_id` set)."""
 
-    event: str | None = None
-    detail: str = ""
-    data: dict[str, Any] = {}  # noqa: RUF012 - never mutated
-    conversation_id: str | None = None
+    __slots__ = ("conversation_id", "data", "detail", "event")
+
+    def __init__(
+        self,
+        event: str | None = None,
+        detail: str = "",
+        data: dict[str, Any] | None = None,
+        conversation_id: str | None = None,
+    ) -> None:
+        self.event = event
+        self.detail = detail
+        self.data = data or {}
+        self.conversation_id = conversation_id
+
+    def __repr__(self) -> str:
+        return (
+            f"ChannelEvent({self.event!r}, {self.detail!r}, conversation={self.conversation_id!r})"
+        )
 
 
 def _object(line: bytes | str) -> dict[str, Any] | None:

@@ -6,13 +6,13 @@ it needs. Its options mirror the typer command (a test checks the two stay the s
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from typing import TYPE_CHECKING
 
+from . import _fastjson as json  # `json` imports `re`: milliseconds this path cannot spare
 from .errors import DelegateError, UsageError, say
 
+TYPE_CHECKING = False  # `typing` itself costs milliseconds on this path
 if TYPE_CHECKING:  # importing it for real costs the fast path; only the type checker needs it
     from .services.state import State
 

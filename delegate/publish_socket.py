@@ -17,13 +17,15 @@ with the first receipt, so one request is one event whatever gets lost on the wa
 
 from __future__ import annotations
 
-import json
 import os
-import socket
-from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the client side must stay light: pathlib, tempfile, threading load lazily
+from . import _fastjson as json  # the client's hot path: no `re` behind `json`
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the client side must stay light: typing, pathlib, tempfile load lazily
+    import socket
     from pathlib import Path
+    from typing import Any
 
 SOCKET_ENV = "DELEGATE_PUBLISH_SOCKET"
 MAX_REQUEST = 1024 * 1024
@@ -60,6 +62,7 @@ class PublishServer:
     def __init__(self, path: Path, handler: Any, *, owner: tuple[int, int] | None = None) -> None:
         """`owner` (uid, gid): an agent running as another user; the socket becomes theirs,
         and only they and this process's user may talk to it (checked per connection)."""
+        import socket
         import threading
         from collections import OrderedDict
 
@@ -97,6 +100,7 @@ class PublishServer:
 
     @staticmethod
     def _peer_uid(conn: socket.socket) -> int:
+        import socket
         import struct
 
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
@@ -164,8 +168,11 @@ def request(
 
 
 def _exchange(path: str, body: bytes, timeout_s: float) -> tuple[dict[str, Any] | None, bool]:
-    """(answer, whether the request reached the wrapper)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    """(answer, whether the request reached the wrapper). `_socket`, not `socket`: the client
+    is a fresh process on the agent's hot path, and `socket` pulls in enum and selectors."""
+    import _socket
+
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(timeout_s)
     try:
         try:
@@ -175,7 +182,7 @@ def _exchange(path: str, body: bytes, timeout_s: float) -> tuple[dict[str, Any] 
         chunks = []
         try:
             sock.sendall(body)
-            sock.shutdown(socket.SHUT_WR)
+            sock.shutdown(_socket.SHUT_WR)
             while chunk := sock.recv(65536):
                 chunks.append(chunk)
         except OSError:

@@ -1,0 +1,46 @@
+"""The hot path's JSON agrees with the standard library's, document for document."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from delegate import _fastjson
+
+documents = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=10), children, max_size=5)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(documents)
+def test_dumps_and_loads_agree_with_json(value):
+    assert _fastjson.dumps(value) == json.dumps(value)
+    text = json.dumps(value, ensure_ascii=False)
+    assert _fastjson.loads(text) == json.loads(text)
+    assert _fastjson.loads(text.encode("utf-8")) == json.loads(text)
+    assert _fastjson.loads(f"  \n{text}\t ") == value
+
+
+@pytest.mark.parametrize("text", ["", "{", "not json", '{"a": 1} extra', "[1,]", '"\\x"'])
+def test_bad_documents_raise_what_json_raises(text):
+    with pytest.raises(json.JSONDecodeError):
+        _fastjson.loads(text)
+
+
+def test_what_it_does_not_encode_goes_to_json():
+    assert _fastjson.dumps({1: "x"}) == json.dumps({1: "x"})
+    assert _fastjson.dumps(float("nan")) == "NaN"
+    assert math.isinf(_fastjson.loads("Infinity"))
