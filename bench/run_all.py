@@ -18,6 +18,8 @@ SCRIPTS = [
     "monitor_pass.py",
     "ps_history.py",
     "kill_to_error.py",
+    "hook_in_pane.py",
+    "channel_overhead.py",
 ]  # report_scale.py (1M and 10M events) takes many minutes: run it on its own
 
 
