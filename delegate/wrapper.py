@@ -320,6 +320,13 @@ def run(job_id: str, state: State | None = None) -> int:
     relay = SignalRelay()
     try:
         return _run(job_id, relay, state)
+    except Exception as exc:
+        # The pane's stderr is seen by no one: keep why the wrapper stopped in the job's log.
+        with contextlib.suppress(Exception):
+            (state or State.open()).audit.append(
+                job_id, "wrapper_failed", error=f"{type(exc).__name__}: {exc}"
+            )
+        raise
     finally:
         relay.restore()
 
