@@ -474,9 +474,9 @@ def reconcile(snap: Snapshot, settings: Settings = Settings()) -> list[Action]:
             row.state is SessionState.RUNNING
             and job is not None
             and job.status is JobState.CANCELLED
-            and not row_pane.dead
         ):
-            # a cancel that could not reach tmux: its agent still runs, so finish the cancel
+            # a cancel whose kill is under way, or could not reach tmux: finish it (a session
+            # stop sets its own state before it cancels, so it never comes here)
             actions.append(
                 KillSession(
                     "kill_session",
