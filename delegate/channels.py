@@ -57,7 +57,9 @@ def _object(line: bytes | str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-class ClaudeStream:
+class _LineParser:
+    """One JSON object per line; blank lines skipped, others that do not parse counted."""
+
     def __init__(self) -> None:
         self.malformed = 0
         self.ended = False
@@ -69,6 +71,17 @@ class ClaudeStream:
         if message is None:
             self.malformed += 1
             return []
+        return self.message(message)
+
+    def message(self, message: dict[str, Any]) -> list[ChannelEvent]:
+        raise NotImplementedError
+
+    def finish(self) -> list[ChannelEvent]:
+        return []  # by default the wrapper reports from the exit status
+
+
+class ClaudeStream(_LineParser):
+    def message(self, message: dict[str, Any]) -> list[ChannelEvent]:
         kind, subtype = message.get("type"), message.get("subtype")
         if kind == "system" and subtype == "init" and isinstance(message.get("session_id"), str):
             return [ChannelEvent(conversation_id=message["session_id"])]
@@ -86,24 +99,14 @@ class ClaudeStream:
             return [ChannelEvent("error" if failed else "completed", detail, data)]
         return []
 
-    def finish(self) -> list[ChannelEvent]:
-        return []  # without a result line the wrapper reports from the exit status
 
-
-class CodexJson:
+class CodexJson(_LineParser):
     def __init__(self) -> None:
-        self.malformed = 0
+        super().__init__()
         self.failed = False
-        self.ended = False
         self.seen_any = False
 
-    def feed(self, line: bytes) -> list[ChannelEvent]:
-        if not line.strip():
-            return []
-        message = _object(line)
-        if message is None:
-            self.malformed += 1
-            return []
+    def message(self, message: dict[str, Any]) -> list[ChannelEvent]:
         self.seen_any = True
         kind = message.get("type")
         if kind == "thread.started" and isinstance(message.get("thread_id"), str):
