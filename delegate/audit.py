@@ -80,6 +80,10 @@ class AuditLog:
             "error": job.error,
             "agent": job.agent,
             "session": job.session,
+            # what the agent's channel reported (claude-stream, codex-json), for the report
+            "cost_usd": job.cost_usd,
+            "tokens_in": job.tokens_in,
+            "tokens_out": job.tokens_out,
         }
         atomic_write(self.job_dir(job.job_id, create=True) / STATUS, _dump(status) + b"\n")
 

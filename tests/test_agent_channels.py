@@ -72,6 +72,8 @@ def test_a_claude_like_agent_reports_through_its_channel(home: Path, tmux_env, t
     assert job.status is JobState.COMPLETED
     assert job.conversation_id and job.conversation_id.startswith("conv-")
     assert (job.cost_usd, job.tokens_in, job.tokens_out) == (0.0123, 100, 50)
+    status = state.audit.read_status(job.job_id)  # what `delegate report` reads
+    assert status is not None and (status["cost_usd"], status["tokens_out"]) == (0.0123, 50)
     assert state.audit.read_events(job.job_id, kind="channel_malformed")[0]["lines"] == 1
     settings = json.loads((home / "logs" / job.job_id / "claude-settings.json").read_text())
     assert set(settings["hooks"]) == {"PermissionRequest", "Notification", "Stop", "SessionStart"}

@@ -445,3 +445,64 @@ def test_report_without_java_says_what_is_missing(tmp_path: Path):
     result = run_cli(home, "report", env={"PATH": "/nonexistent", "JAVA_HOME": ""})
     assert_one_line_error(result)
     assert result.returncode == 69 and "Java" in result.stderr
+
+
+def test_cost_and_tokens_reach_the_report(spark, tmp_path: Path):
+    """What agents' channels report (status.json: cost_usd, tokens) per job, agent and day."""
+    logs = tmp_path / "logs"
+    jobs = {
+        "0000000a": ("claude", 0.5, 100, 10),
+        "0000000b": ("claude", 0.25, 50, 5),
+        "0000000c": ("shell", None, None, None),
+    }
+    for job_id, (agent, cost, tokens_in, tokens_out) in jobs.items():
+        folder = logs / job_id
+        folder.mkdir(parents=True)
+        lines = [
+            {
+                "ts": "2026-11-20T10:00:00Z",
+                "kind": "registered",
+                "job_id": job_id,
+                "status": "pending",
+            },
+            {
+                "ts": "2026-11-20T10:00:05Z",
+                "kind": "status_changed",
+                "job_id": job_id,
+                "previous": "running",
+                "status": "completed",
+            },
+        ]
+        (folder / "events.ndjson").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        status = {
+            "job_id": job_id,
+            "status": "completed",
+            "agent": agent,
+            "session": "s",
+            "error": None,
+            "cost_usd": cost,
+            "tokens_in": tokens_in,
+            "tokens_out": tokens_out,
+        }
+        (folder / "status.json").write_text(json.dumps(status))
+    (logs / "0000000c" / "status.json").write_text(  # damaged numbers count as none
+        json.dumps(
+            {
+                "job_id": "0000000c",
+                "status": "completed",
+                "agent": "shell",
+                "cost_usd": "lots",
+                "tokens_in": True,
+            }
+        )
+    )
+    report = spark_report(spark, logs)
+    by_job = {j["job_id"]: j for j in report.jobs}
+    assert (by_job["0000000a"]["cost_usd"], by_job["0000000a"]["tokens_in"]) == (0.5, 100)
+    assert by_job["0000000c"]["cost_usd"] is None and by_job["0000000c"]["tokens_in"] is None
+    agents = {a["agent"]: a for a in report.agents}
+    assert agents["claude"]["cost_usd"] == 0.75
+    assert (agents["claude"]["tokens_in"], agents["claude"]["tokens_out"]) == (150, 15)
+    assert agents["shell"]["cost_usd"] is None
+    [day] = report.days
+    assert day["cost_usd"] == 0.75

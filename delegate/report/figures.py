@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
 TERMINAL = ("completed", "error", "cancelled")
 
@@ -49,8 +49,12 @@ STATUS_SCHEMA = StructType(
         StructField("agent", StringType()),
         StructField("session", StringType()),
         StructField("error", StringType()),
+        StructField("cost_usd", DoubleType()),
+        StructField("tokens_in", LongType()),
+        StructField("tokens_out", LongType()),
     ]
 )
+_NUMBERS = {"cost_usd": float, "tokens_in": int, "tokens_out": int}
 COLUMNS = [f.name for f in LINE_SCHEMA.fields]
 
 
@@ -116,12 +120,18 @@ def read_status(spark: SparkSession, pattern: str) -> DataFrame:
         except (OSError, ValueError):
             continue  # being rewritten right now, or damaged: the job still counts from its log
         if isinstance(record, dict) and isinstance(record.get("job_id"), str):
-            rows.append(tuple(_text(record.get(f.name)) for f in STATUS_SCHEMA.fields))
+            rows.append(tuple(_value(f.name, record.get(f.name)) for f in STATUS_SCHEMA.fields))
     return spark.createDataFrame(rows, STATUS_SCHEMA)
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+def _value(name: str, value: Any) -> Any:
+    """A status field as its schema wants it; anything else (damaged, missing) is null."""
+    kind = _NUMBERS.get(name)
+    if kind is None:
+        return value if isinstance(value, str) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return kind(value)
 
 
 class Report(NamedTuple):
@@ -186,7 +196,13 @@ def compute_frames(
         )
     )
     jobs = (
-        marks.join(status.select("job_id", "status", "agent", "session"), "job_id", "left")
+        marks.join(
+            status.select(
+                "job_id", "status", "agent", "session", "cost_usd", "tokens_in", "tokens_out"
+            ),
+            "job_id",
+            "left",
+        )
         .join(event_stats, "job_id", "left")
         .join(rejected, "job_id", "left")
         .select(
@@ -205,6 +221,9 @@ def compute_frames(
             F.coalesce("permission_requests", F.lit(0)).alias("permission_requests"),
             F.coalesce("rejected", F.lit(0)).alias("rejected"),
             "rejected_by_reason",
+            "cost_usd",
+            "tokens_in",
+            "tokens_out",
         )
     )
     if since is not None:
@@ -223,6 +242,9 @@ def compute_frames(
                 F.sum(ended.cast("int")).alias("ended"),
                 F.percentile(F.col("duration_s"), F.lit(0.5)).alias("p50_duration_s"),
                 F.percentile(F.col("duration_s"), F.lit(0.95)).alias("p95_duration_s"),
+                F.sum("cost_usd").alias("cost_usd"),
+                F.sum("tokens_in").alias("tokens_in"),
+                F.sum("tokens_out").alias("tokens_out"),
             )
             .withColumn(
                 "success_rate",
@@ -243,6 +265,7 @@ def compute_frames(
         .agg(
             F.sum((F.col("status") == "completed").cast("int")).alias("completed"),
             F.sum((F.col("status") == "error").cast("int")).alias("failed"),
+            F.sum("cost_usd").alias("cost_usd"),
         )
     )
     days = (
@@ -252,6 +275,7 @@ def compute_frames(
             F.coalesce("submitted", F.lit(0)).alias("submitted"),
             F.coalesce("completed", F.lit(0)).alias("completed"),
             F.coalesce("failed", F.lit(0)).alias("failed"),
+            "cost_usd",
         )
         .orderBy("day")
     )

@@ -49,6 +49,7 @@ GROUP_COLUMNS = [
     "success_rate",
     "p50_duration_s",
     "p95_duration_s",
+    "cost_usd",
 ]
 
 
@@ -56,7 +57,8 @@ def _group_rows(rows: list[dict[str, Any]], key: str) -> list[list[str]]:
     return [[_fmt(r.get(c)) for c in (key, *GROUP_COLUMNS)] for r in rows]
 
 
-GROUP_HEADER = ["JOBS", "COMPLETED", "ERROR", "CANCELLED", "SUCCESS", "P50 S", "P95 S"]
+DAY_COLUMNS = ["day", "submitted", "completed", "failed", "cost_usd"]
+GROUP_HEADER = ["JOBS", "COMPLETED", "ERROR", "CANCELLED", "SUCCESS", "P50 S", "P95 S", "COST $"]
 JOB_COLUMNS = [
     "job_id",
     "status",
@@ -67,6 +69,7 @@ JOB_COLUMNS = [
     "longest_silence_s",
     "permission_requests",
     "rejected_by_reason",
+    "cost_usd",
 ]
 
 
@@ -91,10 +94,10 @@ def print_table(report: Report, *, jobs_limit: int = 20) -> None:
             table.add_row(*row)
         console.print(table)
     days = Table(title="per day (UTC)", box=None, header_style="bold")
-    for column in ("DAY", "SUBMITTED", "COMPLETED", "FAILED"):
+    for column in ("DAY", "SUBMITTED", "COMPLETED", "FAILED", "COST $"):
         days.add_column(column)
     for day in report.days:
-        days.add_row(*(_fmt(day[c]) for c in ("day", "submitted", "completed", "failed")))
+        days.add_row(*(_fmt(day.get(c)) for c in DAY_COLUMNS))
     console.print(days)
     jobs = Table(
         title=f"latest {min(jobs_limit, len(report.jobs))} jobs", box=None, header_style="bold"
@@ -188,7 +191,7 @@ requests, {t["rejected"]} rejected messages, {t["malformed_lines"]} malformed li
 {sections}
 <h2>Per agent</h2>{_html_table(report.agents, ["agent", *GROUP_COLUMNS])}
 <h2>Per session</h2>{_html_table(report.sessions, ["session", *GROUP_COLUMNS])}
-<h2>Per day (UTC)</h2>{_html_table(report.days, ["day", "submitted", "completed", "failed"])}
+<h2>Per day (UTC)</h2>{_html_table(report.days, DAY_COLUMNS)}
 <h2>Jobs</h2>{_html_table(report.jobs, JOB_COLUMNS)}
 </body></html>
 """
