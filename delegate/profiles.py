@@ -14,7 +14,8 @@ Built in: `shell` (the prompt is a bash script), `claude`, `codex`. More come fr
     path = ["/opt/aider/bin", "/usr/bin", "/bin"]   # the agent's PATH (default: the submitter's)
     mqtt_credentials = "~/.config/delegate/agent-mqtt.toml"   # the agent's own broker login
     run_as = "agent"           # start the agent as this OS user (needs root)
-    stop = { signal = "SIGINT" }   # what `session stop --mode graceful` sends the agent first
+    stop = { signal = "SIGINT" }   # how `session stop --mode graceful` asks the agent first:
+                                   # or { keys = ["C-c"] }, or { command = "/exit" } (typed)
 
 A table holding only `max_running` caps a built-in profile (`[profiles.claude]`). A top-level
 `max_running = N` caps all jobs, and `[notify]` names a notifier:
@@ -194,8 +195,16 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
     if credentials is not None and not isinstance(credentials, str):
         raise ConfigError(f"{where}: mqtt_credentials must be the path of a file")
     stop = table.get("stop", {})
-    if not isinstance(stop, dict) or set(stop) - {"signal"}:
-        raise ConfigError(f'{where}: stop must be a table like {{ signal = "SIGINT" }}')
+    if (
+        not isinstance(stop, dict)
+        or len(stop) > 1
+        or set(stop) - {"signal", "keys", "command"}
+        or ("keys" in stop and not isinstance(stop["keys"], list))
+    ):
+        raise ConfigError(
+            f'{where}: stop must be one of {{ signal = "SIGINT" }}, {{ keys = ["C-c"] }}'
+            ' or { command = "/exit" }'
+        )
     channel = table.get("channel", "none")
     if channel not in ("none", "claude-stream", "codex-json"):
         raise ConfigError(f"{where}: channel must be none, claude-stream or codex-json")

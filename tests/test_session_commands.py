@@ -164,3 +164,45 @@ def test_send_is_literal_and_peek_shows_the_last_lines(home: Path, tmux_env, tmp
     assert three[0]["lines"] == [tricky, "line one", "line two"]  # the typed line, echoed
     row = SessionInventory(st.layout.sessions_db).get("talk")
     assert row is not None and row.state in (SessionState.RUNNING, SessionState.STOPPED)
+
+
+def test_graceful_stop_by_keys_or_by_a_typed_command(home: Path, tmux_env, tmp_path: Path):
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "delegate.toml").write_text(
+        '[profiles.keyed]\ncommand = ["bash", "{prompt_file}"]\nprompt = "file"\n'
+        'preamble = false\nstop = { keys = ["C-c"] }\n\n'
+        '[profiles.polite]\ncommand = ["bash", "{prompt_file}"]\nprompt = "file"\n'
+        'preamble = false\nstop = { command = "/exit" }\n'
+    )
+    keyed = "trap 'echo got-int > keyed.txt; exit 0' INT\ntouch keyed-ready\nsleep 300\n"
+    polite = (
+        "touch polite-ready\n"
+        'while IFS= read -r line < /dev/tty; do [ "$line" = /exit ] && break; done\n'
+        "echo bye > polite.txt\n"
+    )
+    for agent, script, ready, said in (
+        ("keyed", keyed, "keyed-ready", "keyed.txt"),
+        ("polite", polite, "polite-ready", "polite.txt"),
+    ):
+        result = run_cli(
+            home,
+            "submit",
+            "--agent",
+            agent,
+            "--prompt",
+            script,
+            "--workdir",
+            str(tmp_path),
+            "--session",
+            agent,
+            "--no-wait",
+            env=tmux_env,
+        )
+        assert result.returncode == 0, result.stderr
+        retry_until((tmp_path / ready).exists)
+        stopped = run_cli(
+            home, "session", "stop", agent, "--mode", "graceful", "--timeout", "10", env=tmux_env
+        )
+        assert stopped.returncode == 0, stopped.stderr
+        assert (tmp_path / said).exists(), agent  # it was asked its own way, and listened
+        agree(home, tmux_env, agent, state="stopped", job_state=JobState.CANCELLED, tmux="dead")

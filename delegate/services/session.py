@@ -93,16 +93,28 @@ def list_sessions(state: State, *, show_all: bool = False) -> list[SessionView]:
     return [view(state, r) for r in rows]
 
 
-def _stop_signal(state: State, job: Job) -> int:
-    """The profile's `stop = { signal = "SIGINT" }`, SIGINT by default."""
+def _ask_to_stop(state: State, job: Job, server: Tmux, name: str, groups: set[int]) -> None:
+    """What the profile's `stop = {...}` says: `keys` (tmux key names typed into the pane, such
+    as ["C-c"]), `command` (a line typed into the pane, such as "/exit"), or `signal` to the
+    agent's process group (SIGINT when nothing is said)."""
     source = config_path(state.layout.home, state.env)
     table = load_config(source).get("profiles", {}).get(job.agent or "", {})
     stop = table.get("stop", {}) if isinstance(table, dict) else {}
-    name = stop.get("signal", "SIGINT") if isinstance(stop, dict) else "SIGINT"
+    stop = stop if isinstance(stop, dict) else {}
+    if isinstance(stop.get("keys"), list):
+        server.send_key_names(name, [str(k) for k in stop["keys"]])
+        return
+    if isinstance(stop.get("command"), str):
+        server.send_keys(name, stop["command"], enter=True)
+        return
+    signal_name = str(stop.get("signal", "SIGINT"))
     try:
-        return int(signal.Signals[str(name)])
+        signum = int(signal.Signals[signal_name])
     except KeyError:
-        raise UsageError(f"[profiles.{job.agent}] stop.signal {name!r} is not a signal") from None
+        raise UsageError(
+            f"[profiles.{job.agent}] stop.signal {signal_name!r} is not a signal"
+        ) from None
+    _signal_groups(groups, signum)
 
 
 def _agent_groups(job_id: str, wrapper_pid: int | None) -> set[int]:
@@ -167,8 +179,7 @@ def stop(
         job = state.registry.cancel(job.job_id, reason=f"session stopped ({mode})")
     server = tmux_for(state, job) if job is not None else Tmux(row.socket, state.env)
     if mode == "graceful" and job is not None:
-        groups = _agent_groups(job.job_id, row.pane_pid)
-        _signal_groups(groups, _stop_signal(state, job))
+        _ask_to_stop(state, job, server, name, _agent_groups(job.job_id, row.pane_pid))
         if not _wait_gone(job.job_id, row.pane_pid, timeout_s):
             _signal_groups(_agent_groups(job.job_id, row.pane_pid), signal.SIGTERM)
             if not _wait_gone(job.job_id, row.pane_pid, max(timeout_s, 1.0)):
