@@ -150,6 +150,31 @@ class Tmux:
         except (IndexError, ValueError):
             raise TmuxError(f"tmux did not report the pane of session {name}") from None
 
+    def respawn(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        workdir: Path,
+        env: Mapping[str, str],
+        job_id: str,
+    ) -> int:
+        """Run `argv` in session `name`'s pane again (the session, its id and its window stay);
+        return the new pane pid. A process still in the pane is killed by tmux (-k)."""
+        validate_session_name(name)
+        target = f"={name}:"
+        args = ["respawn-pane", "-k", "-t", target, "-c", str(workdir)]
+        for key, value in env.items():
+            args += ["-e", f"{key}={value}"]
+        args += [*argv]
+        args += [";", "set-option", "-t", name, OWNER_OPTION, job_id]
+        args += [";", "display-message", "-p", "-t", target, "#{pane_pid}"]
+        out = self._run(*args)
+        try:
+            return int(out[-1])
+        except (IndexError, ValueError):
+            raise TmuxError(f"tmux did not report the respawned pane of session {name}") from None
+
     def has_session(self, name: str) -> bool:
         return any(p.session == name for p in self.panes(owned_only=False))
 

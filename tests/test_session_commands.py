@@ -21,6 +21,26 @@ sleep 300
 """
 
 
+def _tmux_session_id(env, name: str) -> str:
+    import subprocess
+
+    return subprocess.run(
+        [
+            "tmux",
+            "-L",
+            env["DELEGATE_TMUX_SOCKET"],
+            "display",
+            "-p",
+            "-t",
+            f"={name}:",
+            "#{session_id}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
 def listed(home: Path, env, *args: str) -> dict[str, dict]:
     result = run_cli(home, "session", "list", "--json", *args, env=env)
     assert result.returncode == 0, result.stderr
@@ -71,6 +91,7 @@ def test_graceful_stop_then_resume(home: Path, tmux_env, tmp_path: Path):
     job = State.open(env={"DELEGATE_HOME": str(home)}).registry.get(job_id)
     assert job.error == "session stopped (graceful)"
 
+    before = _tmux_session_id(tmux_env, "work")
     resumed = run_cli(
         home,
         "session",
@@ -87,6 +108,7 @@ def test_graceful_stop_then_resume(home: Path, tmux_env, tmp_path: Path):
     view = agree(home, tmux_env, "work", state="stopped", job_state=JobState.COMPLETED, tmux="dead")
     second = json_lines(resumed.stdout)[0]["job_id"]
     assert view["jobs"] == [job_id, second]  # both jobs, in order
+    assert _tmux_session_id(tmux_env, "work") == before  # the same tmux session, respawned
 
 
 def test_soft_stop_leaves_the_agent_alive_and_refuses_its_reports(home, tmux_env, tmp_path):

@@ -19,7 +19,7 @@ from ..model import Job, SessionState
 from ..profiles import config_path, load_config, max_running_caps
 from ..reconcile import Caps, busy_sessions, may_start
 from ..sessions import SessionError, SessionInventory
-from ..tmux import SOCKET_ENV, Tmux, process_start
+from ..tmux import SOCKET_ENV, Tmux, process_start, processes_of_job, terminate
 from .state import State
 
 READY_TIMEOUT_S = 15.0
@@ -97,18 +97,21 @@ def launch_in_tmux(state: State, job: Job, tmux: Tmux) -> None:
         pane_pid=None,
         socket=tmux.socket_path,
     )
+    wrapper = [sys.executable, "-m", "delegate.wrapper", job.job_id]
     try:
         if tmux.has_session(job.session):
-            # the session of an ended job (kept for inspection): it makes way for this one
+            # The session of an ended job (kept for inspection, or stopped to be resumed): the
+            # same tmux session goes on, its pane respawned, once what is left of that job ends.
             old_job = previous.job_id if previous is not None else None
-            tmux.kill(job.session, job_id=old_job if old_job != job.job_id else None)
-        pane_pid = tmux.start(
-            job.session,
-            [sys.executable, "-m", "delegate.wrapper", job.job_id],
-            workdir=Path(job.workdir or "."),
-            env=env,
-            job_id=job.job_id,
-        )
+            if old_job and old_job != job.job_id:
+                terminate([], processes_of_job(old_job), grace_s=2.0)
+            pane_pid = tmux.respawn(
+                job.session, wrapper, workdir=Path(job.workdir or "."), env=env, job_id=job.job_id
+            )
+        else:
+            pane_pid = tmux.start(
+                job.session, wrapper, workdir=Path(job.workdir or "."), env=env, job_id=job.job_id
+            )
     except BaseException:
         sessions.set_state(
             job.session, SessionState.TERMINATED, reason="launch failed", job_id=job.job_id
