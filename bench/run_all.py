@@ -20,6 +20,7 @@ SCRIPTS = [
     "kill_to_error.py",
     "hook_in_pane.py",
     "channel_overhead.py",
+    "cron_run.py",
 ]  # report_scale.py (1M and 10M events) takes many minutes: run it on its own
 
 

@@ -21,6 +21,13 @@ def main(argv: list[str] | None = None) -> int:
 
             _logging.configure_lazily()
             return main_publish(argv[1:])
+        if argv[:2] == ["cron", "run"] and len(argv) == 3 and not argv[2].startswith("-"):
+            from .fastcron import main_cron_run
+
+            _logging.configure_lazily()
+            code = main_cron_run(argv[2])
+            if code >= 0:
+                return code
         if argv[:1] == ["hook"] and not {"-h", "--help"} & set(argv):
             from .fastcli import main_hook
 

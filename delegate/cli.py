@@ -593,6 +593,111 @@ def peek(
     return 0
 
 
+cron_app = typer.Typer(
+    help="Submit a job file on a schedule, one job per scheduled window.", no_args_is_help=True
+)
+app.add_typer(cron_app, name="cron")
+CrontabUserOpt = Annotated[
+    str | None, typer.Option("--user", help="Edit this user's crontab (as root, like -u).")
+]
+CrontabFileOpt = Annotated[
+    Path | None, typer.Option("--file", help="Edit this crontab file instead (/etc/cron.d style).")
+]
+
+
+@cron_app.command("add")
+def cron_add(
+    schedule: Annotated[str, typer.Argument(help="Five cron fields, e.g. '0 2 * * *'.")],
+    job_file: Annotated[Path, typer.Argument(help="The job file (TOML, as for --from-file).")],
+    name: Annotated[
+        str | None, typer.Option("--name", help="Entry name (default: the file's stem).")
+    ] = None,
+    catch_up: Annotated[
+        str,
+        typer.Option("--catch-up", help="skip (default) or once: one job for missed windows."),
+    ] = "skip",
+    user: CrontabUserOpt = None,
+    file: CrontabFileOpt = None,
+    as_json: JsonOpt = False,
+) -> int:
+    """Add (or replace) a crontab line that runs `delegate cron run NAME`.
+
+    Example: delegate cron add '0 2 * * *' nightly.toml --catch-up once
+    """
+    from .services.cron import Crontab, add
+
+    entry = add(
+        _state(), schedule, job_file, name=name, catch_up=catch_up, crontab=Crontab(user, file)
+    )
+    if as_json:
+        _print_json(entry)
+    else:
+        print(f"{entry['name']}: {entry['schedule']} {entry['job_file']}")
+    return 0
+
+
+@cron_app.command("list")
+def cron_list(as_json: JsonOpt = False) -> int:
+    """The cron entries, their schedule in words, next run, last job and its state.
+
+    Example: delegate cron list --json
+    """
+    from .services.cron import listing
+
+    rows = listing(_state())
+    if as_json:
+        for row in rows:
+            _print_json(row)
+        return 0
+    _table(
+        None,
+        ["NAME", "SCHEDULE", "WHEN", "NEXT RUN (UTC)", "LAST JOB", "STATE"],
+        [
+            [
+                r["name"],
+                r["schedule"],
+                r["description"],
+                r["next_run"][:16].replace("T", " "),
+                r["last_job_id"] or "-",
+                r["last_state"] or "-",
+            ]
+            for r in rows
+        ],
+    )
+    return 0
+
+
+@cron_app.command("remove")
+def cron_remove(
+    name: Annotated[str, typer.Argument(help="The entry's name.")],
+    user: CrontabUserOpt = None,
+    file: CrontabFileOpt = None,
+) -> int:
+    """Remove an entry and its crontab line; nothing else in the crontab changes.
+
+    Example: delegate cron remove nightly
+    """
+    from .services.cron import Crontab, remove
+
+    crontab = Crontab(user, file) if (user or file) else None
+    entry = remove(_state(), name, crontab=crontab)
+    print(f"{entry['name']}: removed")
+    return 0
+
+
+@cron_app.command("run")
+def cron_run(name: Annotated[str, typer.Argument(help="The entry's name.")]) -> int:
+    """Submit the entry's job for the current window, once (what the crontab line calls).
+
+    One line of output; exit 0 when the window's job was submitted or already existed.
+    Example: delegate cron run nightly
+    """
+    from .services.cron import run as run_entry
+
+    print(run_entry(_state(), name).line())
+    return 0
+
+
 @app.command()
 def monitor(
     once: Annotated[bool, typer.Option("--once", help="Make one pass and exit.")] = False,

@@ -16,6 +16,8 @@ fi
 $java_ok || missing+=(openjdk-17-jre-headless)
 # headless Chromium renders the HTML report in the tests
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+# cron: `delegate cron` edits crontabs through `crontab`, and a test runs the real daemon
+command -v crontab >/dev/null 2>&1 || missing+=(cron)
 # npm installs the real agent CLIs (claude, codex) into .cache/agents for the tests
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 

@@ -236,8 +236,19 @@ def test_process_entry_points_fail_in_one_line(home: Path, module: str):
     assert_one_line_error(result)
 
 
-@pytest.mark.parametrize("sub", ["list", "stop", "resume"])
-def test_session_subcommands_have_help_with_an_example(home: Path, sub: str):
-    result = run_cli(home, "session", sub, "--help")
+@pytest.mark.parametrize(
+    "group,sub",
+    [
+        ("session", "list"),
+        ("session", "stop"),
+        ("session", "resume"),
+        ("cron", "add"),
+        ("cron", "list"),
+        ("cron", "remove"),
+        ("cron", "run"),
+    ],
+)
+def test_grouped_subcommands_have_help_with_an_example(home: Path, group: str, sub: str):
+    result = run_cli(home, group, sub, "--help")
     assert result.returncode == 0, result.stderr
     assert "Example" in result.stdout

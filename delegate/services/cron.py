@@ -1,0 +1,413 @@
+"""`delegate cron`: scheduled submissions that never create a job twice (DESIGN 14).
+
+Entries (name, schedule, job file, catch-up policy, when added) live in `cron.json` in the state
+dir, changed under `cron.lock`. The crontab line an entry owns ends with the marker
+`# delegate:NAME`; adding and removing rewrite only that line, so the rest of the crontab stays
+byte for byte. (python-crontab was tried and rejected for the writing: it re-renders every line
+it parsed, changing spacing and order.) Schedules are validated and walked with croniter, and put
+in words with cron-descriptor.
+
+`cron run NAME` (what the crontab line calls) takes the window the run belongs to, the latest
+fire time at or before now, and submits the job file with the idempotency key
+`NAME-<window>`: overlapping runs, retries and machines sharing a state dir make one job per
+window, and a run that finds its window's job registered but never launched launches it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ..errors import DelegateError, UsageError
+from ..fsio import FileLock, atomic_write
+from .state import State
+
+MARKER = "# delegate:"
+CATCH_UP = ("skip", "once")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# cron fires at second 0, and the run starts a moment later; a run that starts a little early
+# (clock skew) still belongs to the window that is about to open.
+EARLY_TOLERANCE_S = 1.0
+
+
+class CronError(DelegateError):
+    exit_code = 64
+
+
+class Crontab(NamedTuple):
+    """Where the lines live: the user's crontab (through `crontab`), another user's (`-u`), or
+    a crontab file."""
+
+    user: str | None = None
+    file: Path | None = None
+
+    def read(self) -> str:
+        if self.file is not None:
+            try:
+                return self.file.read_text()
+            except FileNotFoundError:
+                return ""
+        args = ["crontab", *(["-u", self.user] if self.user else []), "-l"]
+        try:
+            result = subprocess.run(args, capture_output=True, text=True, timeout=30)
+        except FileNotFoundError:
+            raise DelegateError("crontab is not installed (make installs Debian's cron)") from None
+        if result.returncode != 0:
+            if "no crontab" in result.stderr.lower():
+                return ""
+            raise DelegateError(f"crontab -l failed: {result.stderr.strip()}")
+        return result.stdout
+
+    def write(self, text: str) -> None:
+        if self.file is not None:
+            atomic_write(self.file, text.encode(), mode=0o644)
+            return
+        args = ["crontab", *(["-u", self.user] if self.user else []), "-"]
+        result = subprocess.run(args, input=text, capture_output=True, text=True, timeout=30)
+        if result.returncode != 0:
+            raise DelegateError(f"crontab could not be written: {result.stderr.strip()}")
+
+
+def _validate_schedule(schedule: str) -> str:
+    from croniter import croniter
+
+    schedule = " ".join(schedule.split())
+    if len(schedule.split()) != 5 or not croniter.is_valid(schedule):
+        raise UsageError(f"{schedule!r} is not a five-field cron schedule")
+    return schedule
+
+
+def describe(schedule: str) -> str:
+    from cron_descriptor import get_description  # type: ignore[import-untyped]
+
+    try:
+        return str(get_description(schedule))
+    except Exception:  # a schedule croniter takes but the describer does not: say it as is
+        return schedule
+
+
+def window_of(schedule: str, now: datetime) -> datetime:
+    """The latest fire time at or before `now` (UTC)."""
+    from croniter import croniter
+
+    probe = now + timedelta(seconds=EARLY_TOLERANCE_S)
+    fired: datetime = croniter(schedule, probe).get_prev(datetime)
+    return fired.astimezone(UTC)
+
+
+def next_run(schedule: str, now: datetime) -> datetime:
+    from croniter import croniter
+
+    fire: datetime = croniter(schedule, now).get_next(datetime)
+    return fire.astimezone(UTC)
+
+
+def windows_between(schedule: str, after: datetime, before: datetime) -> list[datetime]:
+    """Fire times strictly after `after` and strictly before `before`."""
+    from croniter import croniter
+
+    found: list[datetime] = []
+    walker = croniter(schedule, after)
+    while True:
+        fire = walker.get_next(datetime).astimezone(UTC)
+        if fire >= before:
+            return found
+        found.append(fire)
+        if len(found) > 10_000:
+            return found  # a long-off machine: enough to decide on
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y%m%dT%H%MZ")
+
+
+class CronBook:
+    """The entries of this state dir (`cron.json`, changed under `cron.lock`)."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.path = state.layout.home / "cron.json"
+        self.lock = FileLock(state.layout.home / "cron.lock")
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except ValueError:
+            raise DelegateError(f"{self.path} is not valid JSON; fix or remove it") from None
+        return data if isinstance(data, dict) else {}
+
+    def save(self, entries: dict[str, dict[str, Any]]) -> None:
+        atomic_write(self.path, json.dumps(entries, indent=2, sort_keys=True).encode())
+
+
+def cron_line(state: State, name: str, schedule: str) -> str:
+    """The crontab line of an entry: absolute paths, quoted for the shell cron runs it with."""
+    exe = Path(sys.executable).parent / "delegate"
+    home = shlex.quote(str(state.layout.home))
+    return f"{schedule} DELEGATE_HOME={home} {shlex.quote(str(exe))} cron run {name} {MARKER}{name}"
+
+
+def _without(text: str, name: str) -> str:
+    kept = [line for line in text.splitlines(keepends=True) if not _is_ours(line, name)]
+    return "".join(kept)
+
+
+def _is_ours(line: str, name: str) -> bool:
+    return line.rstrip("\n").endswith(f"{MARKER}{name}")
+
+
+def add(
+    state: State,
+    schedule: str,
+    job_file: Path,
+    *,
+    name: str | None = None,
+    catch_up: str = "skip",
+    crontab: Crontab | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    schedule = _validate_schedule(schedule)
+    job_file = job_file.expanduser().absolute()
+    _job_settings(job_file)  # refuse a job file that would fail at 3 a.m.
+    name = name or job_file.stem
+    if _NAME.fullmatch(name) is None:
+        raise UsageError(f"invalid cron entry name {name!r}: use letters, digits, '-' or '_'")
+    if catch_up not in CATCH_UP:
+        raise UsageError(f"--catch-up must be one of {', '.join(CATCH_UP)}")
+    now = now or datetime.now(UTC)
+    crontab = crontab or Crontab()
+    book = CronBook(state)
+    with book.lock:
+        entries = book.load()
+        entry: dict[str, Any] = {
+            "name": name,
+            "schedule": schedule,
+            "job_file": str(job_file),
+            "catch_up": catch_up,
+            "added_at": now.isoformat(),
+            "crontab": {"user": crontab.user, "file": str(crontab.file) if crontab.file else None},
+            "last_window": None,
+            "last_job_id": None,
+            "skipped": [],
+        }
+        text = _without(crontab.read(), name)
+        if text and not text.endswith("\n"):
+            text += "\n"
+        crontab.write(text + cron_line(state, name, schedule) + "\n")
+        entries[name] = entry
+        book.save(entries)
+    return entry
+
+
+def remove(state: State, name: str, *, crontab: Crontab | None = None) -> dict[str, Any]:
+    book = CronBook(state)
+    with book.lock:
+        entries = book.load()
+        entry = entries.pop(name, None)
+        if entry is None:
+            raise CronError(f"no cron entry {name!r}")
+        where = crontab or Crontab(
+            entry["crontab"].get("user"),
+            Path(entry["crontab"]["file"]) if entry["crontab"].get("file") else None,
+        )
+        before = where.read()
+        after = _without(before, name)
+        if after != before:
+            where.write(after)
+        book.save(entries)
+    return entry
+
+
+def listing(state: State, now: datetime | None = None) -> list[dict[str, Any]]:
+    now = now or datetime.now(UTC)
+    rows = []
+    for entry in CronBook(state).load().values():
+        last_state = None
+        if entry.get("last_job_id"):
+            try:
+                last_state = state.registry.get(entry["last_job_id"]).status.value
+            except DelegateError:
+                last_state = "unknown"
+        rows.append(
+            {
+                "name": entry["name"],
+                "schedule": entry["schedule"],
+                "description": describe(entry["schedule"]),
+                "job_file": entry["job_file"],
+                "catch_up": entry["catch_up"],
+                "next_run": next_run(entry["schedule"], now).isoformat(),
+                "last_job_id": entry.get("last_job_id"),
+                "last_state": last_state,
+                "skipped": len(entry.get("skipped") or []),
+            }
+        )
+    return sorted(rows, key=lambda r: r["name"])
+
+
+class RunResult(NamedTuple):
+    job_id: str
+    state: str
+    window: str
+    created: bool
+    launched: bool  # a job registered for the window but never launched was launched now
+    caught_up: str | None = None  # the missed window a `--catch-up once` job was submitted for
+
+    def line(self) -> str:
+        what = "submitted" if self.created else "already submitted"
+        if self.launched:
+            what = "launched (it was registered, never launched)"
+        extra = f"; caught up {self.caught_up}" if self.caught_up else ""
+        return f"{self.job_id} {self.state} ({what} for window {self.window}{extra})"
+
+
+def run(state: State, name: str, *, now: datetime | None = None) -> RunResult:
+    """Submit the entry's job for the current window (once), as the crontab line asks."""
+    now = now or datetime.now(UTC)
+    book = CronBook(state)
+    entry = book.load().get(name)
+    if entry is None:
+        raise CronError(f"no cron entry {name!r} (see delegate cron list)")
+    window = window_of(entry["schedule"], now)
+    caught_up = None
+    if entry["catch_up"] == "once" or entry.get("last_window") is not None:
+        caught_up = _catch_up(state, book, name, entry, window, now)
+    job_id, created, launched = _submit_window(state, entry, window)
+    following = next_run(entry["schedule"], window + timedelta(seconds=1))
+    with book.lock:
+        entries = book.load()
+        current = entries.get(name)
+        if current is not None:
+            if current.get("last_window") is None or current["last_window"] < _stamp(window):
+                current["last_window"] = _stamp(window)
+                current["last_job_id"] = job_id
+            # for the fast path of the next run in this window (delegate/fastcron.py)
+            current["window_hint"] = {
+                "window": _stamp(window),
+                "from_ts": window.timestamp(),
+                "until_ts": following.timestamp(),
+            }
+            book.save(entries)
+    job = state.registry.get(job_id)
+    return RunResult(job_id, job.status.value, _stamp(window), created, launched, caught_up)
+
+
+def _catch_up(
+    state: State,
+    book: CronBook,
+    name: str,
+    entry: dict[str, Any],
+    window: datetime,
+    now: datetime,
+) -> str | None:
+    """Windows missed since the last job (never before the entry was added): with `once`, one
+    job for the latest of them; the others are recorded as skipped."""
+    added = datetime.fromisoformat(entry["added_at"])
+    last = entry.get("last_window")
+    since = (
+        max(added, datetime.strptime(last, "%Y%m%dT%H%MZ").replace(tzinfo=UTC)) if last else added
+    )
+    missed = windows_between(entry["schedule"], since, window)
+    if not missed:
+        return None
+    caught = None
+    if entry["catch_up"] == "once":
+        latest = missed[-1]
+        _submit_window(state, entry, latest)
+        caught = _stamp(latest)
+        missed = missed[:-1]
+    with book.lock:
+        entries = book.load()
+        current = entries.get(name)
+        if current is not None:
+            skipped = set(current.get("skipped") or [])
+            skipped.update(_stamp(w) for w in missed)
+            current["skipped"] = sorted(skipped)
+            book.save(entries)
+    return caught
+
+
+JOB_FIELDS = (
+    "agent",
+    "cmd",
+    "prompt",
+    "prompt_file",
+    "workdir",
+    "session",
+    "wall_timeout",
+    "idle_timeout",
+    "bus",
+    "wait",
+    "idempotency_key",
+    "max_running",
+    "on_event",
+)
+
+
+def _job_settings(path: Path) -> dict[str, Any]:
+    from .jobfile import merge_job_file
+
+    try:
+        return merge_job_file(path, **dict.fromkeys(JOB_FIELDS))
+    except FileNotFoundError:
+        raise UsageError(f"job file {path} does not exist") from None
+
+
+def _submit_window(state: State, entry: dict[str, Any], window: datetime) -> tuple[str, bool, bool]:
+    """Submit for `window` with the key NAME-<window>; launch a job of that key that was
+    registered but never launched. Returns (job id, created, launched now)."""
+    from ..model import JobState
+    from .launch import launcher_alive
+    from .submit import SubmitRequest, read_prompt, submit
+
+    key = f"{entry['name']}-{_stamp(window)}"
+    settings = _job_settings(Path(entry["job_file"]))
+    request = SubmitRequest(
+        prompt=read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=None),
+        agent=settings["agent"],
+        cmd=settings["cmd"],
+        workdir=settings["workdir"],
+        session=settings["session"],
+        wall_timeout_s=settings["wall_timeout"],
+        idle_timeout_s=settings["idle_timeout"],
+        bus_url=settings["bus"],
+        idempotency_key=key,
+        max_running=settings["max_running"],
+        on_event=settings["on_event"],
+    )
+    result = submit(state, request, wait=False)
+    job = result.job
+    launched = False
+    if not result.created and job.status is JobState.PENDING and not launcher_alive(job.launcher):
+        launched = _launch_abandoned(state, job.job_id)
+    return job.job_id, result.created, launched
+
+
+def _launch_abandoned(state: State, job_id: str) -> bool:
+    """A job of this window registered but never launched (its launcher died): launch it once,
+    through the same policy the monitor uses (a claim only one process can make)."""
+    from ..reconcile import LaunchJob
+    from .reconciler import Reconciler
+
+    reconciler = Reconciler(state, actor=f"cron:{os.getpid()}")
+    done = reconciler.run_pass(
+        only_job=job_id, keep=lambda a: isinstance(a, LaunchJob) and a.job_id == job_id
+    )
+    if not done:
+        return False
+    from .launch import start_detached_supervisor
+
+    start_detached_supervisor(state, job_id)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and state.registry.get(job_id).status.value == "pending":
+        time.sleep(0.02)
+    return True

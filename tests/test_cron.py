@@ -1,0 +1,228 @@
+"""`delegate cron`: crontab lines that are ours alone, one job per scheduled window whatever
+runs at once, a window's never-launched job launched once, and catching up missed windows."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from delegate.model import JobState
+from delegate.services import cron
+from delegate.services.state import State
+
+from .helpers import assert_one_line_error, json_lines, retry_until, run_cli
+
+OTHERS = (
+    "# my own crontab, keep it as it is\n"
+    "MAILTO=me@example.com\n"
+    "\n"
+    "0  3 * * *   /usr/bin/backup   --all   # nightly backup\n"
+    '*/5 * * * * echo "hi there"  >/dev/null 2>&1\n'
+    "\n"
+    "# trailing comment without newline at the end"
+)
+
+
+def job_file(tmp_path: Path, script: str = "echo ran >> ran.txt") -> Path:
+    (tmp_path / "task.sh").write_text(script + "\n")
+    path = tmp_path / "nightly.toml"
+    path.write_text(
+        textwrap.dedent("""
+        agent = "shell"
+        prompt_file = "task.sh"
+        workdir = "."
+        idle_timeout = 60
+    """)
+    )
+    return path
+
+
+def test_add_list_remove_touch_only_our_line(home: Path, tmp_path: Path):
+    tab = tmp_path / "crontab"
+    tab.write_text(OTHERS)
+    added = run_cli(home, "cron", "add", "0 2 * * *", str(job_file(tmp_path)), "--file", str(tab))
+    assert added.returncode == 0, added.stderr
+    text = tab.read_text()
+    assert text.startswith(OTHERS + "\n")  # untouched, then our line
+    ours = text[len(OTHERS) + 1 :]
+    assert ours.endswith("# delegate:nightly\n") and " cron run nightly " in ours
+    assert f"DELEGATE_HOME={home}" in ours
+    rows = json_lines(run_cli(home, "cron", "list", "--json").stdout)
+    assert [(r["name"], r["schedule"], r["description"]) for r in rows] == [
+        ("nightly", "0 2 * * *", "At 02:00 AM")
+    ]
+    assert rows[0]["next_run"] and rows[0]["last_job_id"] is None
+    again = run_cli(
+        home, "cron", "add", "30 4 * * 1", str(tmp_path / "nightly.toml"), "--file", str(tab)
+    )
+    assert again.returncode == 0, again.stderr
+    assert tab.read_text().count("# delegate:nightly") == 1  # replaced, not doubled
+    removed = run_cli(home, "cron", "remove", "nightly")
+    assert removed.returncode == 0, removed.stderr
+    assert tab.read_bytes() == (OTHERS + "\n").encode()  # byte for byte, ours gone
+    for args in (
+        ["add", "61 * * * *", str(tmp_path / "nightly.toml")],
+        ["add", "0 2 * * *", str(tmp_path / "missing.toml")],
+        ["remove", "nope"],
+        ["run", "nope"],
+    ):
+        assert_one_line_error(
+            run_cli(home, "cron", *args, "--file", str(tab))
+            if args[0] == "add"
+            else run_cli(home, "cron", *args)
+        )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="another user's crontab needs root")
+def test_a_users_real_crontab_round_trip(home: Path, tmp_path: Path):
+    user = f"dlgc{uuid.uuid4().hex[:8]}"
+    subprocess.run(
+        ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", user],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        subprocess.run(["crontab", "-u", user, "-"], input=OTHERS + "\n", text=True, check=True)
+        added = run_cli(home, "cron", "add", "0 2 * * *", str(job_file(tmp_path)), "--user", user)
+        assert added.returncode == 0, added.stderr
+        listed = subprocess.run(["crontab", "-u", user, "-l"], capture_output=True, text=True)
+        assert OTHERS in listed.stdout and "# delegate:nightly" in listed.stdout
+        removed = run_cli(home, "cron", "remove", "nightly")
+        assert removed.returncode == 0, removed.stderr
+        after = subprocess.run(["crontab", "-u", user, "-l"], capture_output=True, text=True)
+        assert "delegate" not in after.stdout and OTHERS in after.stdout
+    finally:
+        subprocess.run(["crontab", "-u", user, "-r"], capture_output=True)
+        subprocess.run(["userdel", user], capture_output=True)
+
+
+def test_ten_runs_at_once_make_one_job(home: Path, tmux_env, tmp_path: Path):
+    tab = tmp_path / "crontab"
+    assert (
+        run_cli(
+            home, "cron", "add", "* * * * *", str(job_file(tmp_path)), "--file", str(tab)
+        ).returncode
+        == 0
+    )
+    env = {  # what cron gives a job
+        "HOME": tmux_env["HOME"],
+        "PATH": "/usr/bin:/bin",
+        "DELEGATE_HOME": str(home),
+        "DELEGATE_TMUX_SOCKET": tmux_env["DELEGATE_TMUX_SOCKET"],
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "delegate", "cron", "run", "nightly"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(10)
+    ]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outputs
+    assert all(len(out.strip().splitlines()) == 1 for out in outputs), outputs
+    state = State.open(env={"DELEGATE_HOME": str(home)})
+    jobs = state.registry.list()
+    windows = {j.idempotency_key for j in jobs}
+    assert len(jobs) == len(windows) and len(jobs) in (1, 2)  # two only if a minute turned
+    retry_until(
+        lambda: all(state.registry.get(j.job_id).status is JobState.COMPLETED for j in jobs),
+        timeout=60,
+    )
+    assert (tmp_path / "ran.txt").read_text().count("ran") == len(jobs)
+    # one more run in the window: the fast path answers from the hint, key and record
+    again = subprocess.run(
+        [sys.executable, "-m", "delegate", "cron", "run", "nightly"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert again.returncode == 0 and again.stderr == "", again
+    job_id, status, rest = again.stdout.split(" ", 2)
+    assert job_id in {j.job_id for j in jobs} and status == "completed"
+    assert rest.startswith("(already submitted for window")
+
+
+def test_a_windows_never_launched_job_is_launched_once(home: Path, tmux_env, tmp_path: Path):
+    from delegate.reconcile import Caps, may_start
+
+    path = job_file(tmp_path)
+    state = State.open(env={"DELEGATE_HOME": str(home), **tmux_env})
+    now = datetime(2026, 11, 22, 2, 0, 30, tzinfo=UTC)
+    cron.add(
+        state,
+        "0 2 * * *",
+        path,
+        crontab=cron.Crontab(file=tmp_path / "tab"),
+        now=datetime(2026, 11, 21, tzinfo=UTC),
+    )
+    # a run that crashed after registering the window's job and before launching it
+    key = "nightly-20261122T0200Z"
+    crashed, _ = state.registry.register(agent="shell", idempotency_key=key)
+    state.registry.update(
+        crashed.job_id,
+        session=f"dlg-{crashed.job_id}",
+        tmux_socket=f"/tmp/tmux-{os.getuid()}/{tmux_env['DELEGATE_TMUX_SOCKET']}",
+        workdir=str(tmp_path),
+    )
+    (tmp_path / "launch.sh").write_text("echo launched >> launched.txt\n")
+    state.registry.admit(
+        crashed.job_id,
+        {
+            "argv": ["bash", str(tmp_path / "launch.sh")],
+            "prompt": "file",
+            "prompt_path": str(tmp_path / "launch.sh"),
+        },
+        lambda j, others: may_start(j, others, Caps()),
+        {"pid": 2**22 + 7, "start": 1},
+    )
+    first = cron.run(state, "nightly", now=now)
+    assert first.job_id == crashed.job_id and first.launched and not first.created
+    retry_until(lambda: state.registry.get(crashed.job_id).status is JobState.COMPLETED)
+    second = cron.run(state, "nightly", now=now)
+    assert second.job_id == crashed.job_id and not second.launched
+    assert (tmp_path / "launched.txt").read_text() == "launched\n"  # once
+    assert len(state.registry.list()) == 1
+
+
+def test_catch_up_once_submits_the_latest_missed_window(home: Path, tmux_env, tmp_path: Path):
+    state = State.open(env={"DELEGATE_HOME": str(home), **tmux_env})
+    path = job_file(tmp_path)
+    cron.add(
+        state,
+        "0 * * * *",
+        path,
+        name="hourly",
+        catch_up="once",
+        crontab=cron.Crontab(file=tmp_path / "tab"),
+        now=datetime(2026, 11, 22, 0, 30, tzinfo=UTC),
+    )
+    first = cron.run(state, "hourly", now=datetime(2026, 11, 22, 1, 0, 5, tzinfo=UTC))
+    assert first.window == "20261122T0100Z" and first.caught_up is None
+    # the machine was off for the 02:00, 03:00 and 04:00 windows; it runs again at 05:00
+    later = cron.run(state, "hourly", now=datetime(2026, 11, 22, 5, 0, 5, tzinfo=UTC))
+    assert later.window == "20261122T0500Z" and later.caught_up == "20261122T0400Z"
+    keys = sorted(j.idempotency_key for j in state.registry.list())
+    assert keys == ["hourly-20261122T0100Z", "hourly-20261122T0400Z", "hourly-20261122T0500Z"]
+    entry = cron.CronBook(state).load()["hourly"]
+    assert entry["skipped"] == ["20261122T0200Z", "20261122T0300Z"]
+    listed = cron.listing(state, now=datetime(2026, 11, 22, 5, 10, tzinfo=UTC))
+    assert listed[0]["skipped"] == 2 and listed[0]["last_job_id"] == later.job_id
+    # windows before the entry was added are never missed ones
+    fresh = cron.windows_between(
+        "0 * * * *",
+        datetime(2026, 11, 22, 0, 30, tzinfo=UTC),
+        datetime(2026, 11, 22, 1, 0, tzinfo=UTC),
+    )
+    assert fresh == []
