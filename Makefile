@@ -42,10 +42,12 @@ setup: system venv bytecode agents
 demo: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python examples/demo.py
 
-lint: venv
+lint: venv system
 	$(BIN)/ruff check delegate tests bench examples
 	$(BIN)/ruff format --check delegate tests bench examples
 	$(BIN)/mypy
+	shellcheck -s bash shell/delegate-job shell/delegate-monitor shell/delegate-session-*
+	shellcheck -s sh shell/delegate-report.sh
 
 format: venv
 	$(BIN)/ruff format delegate tests bench examples
