@@ -53,7 +53,13 @@ def test_add_list_remove_touch_only_our_line(home: Path, tmp_path: Path):
     assert text.startswith(OTHERS + "\n")  # untouched, then our line
     ours = text[len(OTHERS) + 1 :]
     assert ours.endswith("# delegate:nightly\n") and " cron run nightly " in ours
-    assert f"DELEGATE_HOME={home}" in ours
+    assert f"DELEGATE_HOME={home}" in ours and "DELEGATE_TMUX_SOCKET" not in ours
+    socketed = cron.cron_line(
+        State.open(env={"DELEGATE_HOME": str(home), "DELEGATE_TMUX_SOCKET": "night"}),
+        "n",
+        "0 2 * * *",
+    )
+    assert f"DELEGATE_TMUX_SOCKET=/tmp/tmux-{os.getuid()}/night " in socketed
     rows = json_lines(run_cli(home, "cron", "list", "--json").stdout)
     assert [(r["name"], r["schedule"], r["description"]) for r in rows] == [
         ("nightly", "0 2 * * *", "At 02:00 AM")

@@ -152,9 +152,14 @@ class CronBook:
 
 def cron_line(state: State, name: str, schedule: str) -> str:
     """The crontab line of an entry: absolute paths, quoted for the shell cron runs it with."""
+    from ..tmux import SOCKET_ENV, socket_path_for
+
     exe = Path(sys.executable).parent / "delegate"
-    home = shlex.quote(str(state.layout.home))
-    return f"{schedule} DELEGATE_HOME={home} {shlex.quote(str(exe))} cron run {name} {MARKER}{name}"
+    settings = f"DELEGATE_HOME={shlex.quote(str(state.layout.home))}"
+    if state.env.get(SOCKET_ENV):  # the tmux server jobs go to, as when the line was added
+        socket = socket_path_for(state.env[SOCKET_ENV], state.env)
+        settings += f" {SOCKET_ENV}={shlex.quote(socket)}"
+    return f"{schedule} {settings} {shlex.quote(str(exe))} cron run {name} {MARKER}{name}"
 
 
 def _without(text: str, name: str) -> str:
