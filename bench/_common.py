@@ -43,6 +43,15 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[index]
 
 
+def timed(cmd: list[str], env: dict[str, str]) -> float:
+    """Wall time of one run of `cmd` (its output discarded; it must succeed)."""
+    import time
+
+    started = time.perf_counter()
+    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - started
+
+
 def summary_ms(seconds: Sequence[float]) -> dict[str, float]:
     ms = [s * 1000 for s in seconds]
     return {

@@ -11,16 +11,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _common import bench_env, delegate_exe, emit, precompile, private_tmux, summary_ms, temp_home
-
-
-def timed(cmd: list[str], env: dict[str, str]) -> float:
-    started = time.perf_counter()
-    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
-    return time.perf_counter() - started
+from _common import (
+    bench_env,
+    delegate_exe,
+    emit,
+    precompile,
+    private_tmux,
+    summary_ms,
+    temp_home,
+    timed,
+)
 
 
 def main() -> None:

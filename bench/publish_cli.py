@@ -7,17 +7,18 @@ Target (issues 2 and 9): median <= 60 ms, with every audit line fdatasync'ed (is
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import time
 
-from _common import bench_env, delegate_exe, emit, precompile, started_job, summary_ms, temp_home
-
-
-def timed(cmd: list[str], env: dict[str, str]) -> float:
-    started = time.perf_counter()
-    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
-    return time.perf_counter() - started
+from _common import (
+    bench_env,
+    delegate_exe,
+    emit,
+    precompile,
+    started_job,
+    summary_ms,
+    temp_home,
+    timed,
+)
 
 
 def main() -> None:

@@ -361,19 +361,7 @@ def submit(
         on_event=on_event,
     )
     text = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=sys.stdin)
-    request = SubmitRequest(
-        prompt=text,
-        agent=settings["agent"],
-        cmd=settings["cmd"],
-        workdir=settings["workdir"],
-        session=settings["session"],
-        wall_timeout_s=settings["wall_timeout"],
-        idle_timeout_s=settings["idle_timeout"],
-        bus_url=settings["bus"],
-        idempotency_key=settings["idempotency_key"],
-        max_running=settings["max_running"],
-        on_event=settings["on_event"],
-    )
+    request = SubmitRequest.from_settings(settings, text)
     waiting = bool(settings["wait"])
     result = submit_job(_state(), request, wait=waiting, emit=_print_json)
     if result.queue_position is not None:
@@ -382,9 +370,14 @@ def submit(
             " it starts when a slot under max_running frees",
             file=sys.stderr,
         )
+    return _submitted(result, as_json)
+
+
+def _submitted(result: Any, as_json: bool) -> int:
+    """What submit and session resume print: the outcome's code when waited for, else the job."""
     if result.outcome is not None:
         print(f"audit log: {_state().audit.events_path(result.job.job_id)}", file=sys.stderr)
-        return result.outcome.exit_code
+        return int(result.outcome.exit_code)
     if as_json:
         _print_json(result.job.public_dict())
     else:
@@ -531,13 +524,7 @@ def session_resume(
         text = read_prompt(text=prompt, file=prompt_file, stdin=sys.stdin)
     result, how = resume(_state(), name, prompt=text, wait=wait, emit=_print_json)
     print(f"delegate: session {name}: {how}", file=sys.stderr)
-    if result.outcome is not None:
-        return int(result.outcome.exit_code)
-    if as_json:
-        _print_json(result.job.public_dict())
-    else:
-        print(result.job.job_id)
-    return 0
+    return _submitted(result, as_json)
 
 
 @app.command()

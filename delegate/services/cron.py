@@ -374,21 +374,12 @@ def _submit_window(state: State, entry: dict[str, Any], window: datetime) -> tup
     from .launch import launcher_alive
     from .submit import SubmitRequest, read_prompt, submit
 
-    key = f"{entry['name']}-{_stamp(window)}"
-    settings = _job_settings(Path(entry["job_file"]))
-    request = SubmitRequest(
-        prompt=read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=None),
-        agent=settings["agent"],
-        cmd=settings["cmd"],
-        workdir=settings["workdir"],
-        session=settings["session"],
-        wall_timeout_s=settings["wall_timeout"],
-        idle_timeout_s=settings["idle_timeout"],
-        bus_url=settings["bus"],
-        idempotency_key=key,
-        max_running=settings["max_running"],
-        on_event=settings["on_event"],
-    )
+    settings = {
+        **_job_settings(Path(entry["job_file"])),
+        "idempotency_key": f"{entry['name']}-{_stamp(window)}",
+    }
+    prompt = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=None)
+    request = SubmitRequest.from_settings(settings, prompt)
     result = submit(state, request, wait=False)
     job = result.job
     launched = False

@@ -55,6 +55,23 @@ class SubmitRequest(NamedTuple):
     # `session resume`: continue this conversation with the profile's `resume` command
     conversation_id: str | None = None
 
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], prompt: bytes) -> SubmitRequest:
+        """The request a merged job file and flags describe (services/jobfile)."""
+        return cls(
+            prompt=prompt,
+            agent=settings["agent"],
+            cmd=settings["cmd"],
+            workdir=settings["workdir"],
+            session=settings["session"],
+            wall_timeout_s=settings["wall_timeout"],
+            idle_timeout_s=settings["idle_timeout"],
+            bus_url=settings["bus"],
+            idempotency_key=settings["idempotency_key"],
+            max_running=settings["max_running"],
+            on_event=settings["on_event"],
+        )
+
 
 class SubmitResult(NamedTuple):
     job: Job
