@@ -281,14 +281,23 @@ def test_twenty_jobs_at_once_all_complete_and_the_books_agree(home: Path, tmux_e
     state = open_state(home)
     sessions = SessionInventory(state.layout.sessions_db)
 
-    def all_settled() -> bool:
-        jobs = [state.registry.get(j) for j in ids]
-        recorded = [sessions.get(f"dlg-{j}") for j in ids]
-        return all(j.status is JobState.COMPLETED for j in jobs) and all(
-            s is not None and s.state is SessionState.STOPPED for s in recorded
-        )
+    unsettled: dict[str, tuple[str, str | None]] = {}
 
-    retry_until(all_settled, timeout=120, interval=0.1)
+    def all_settled() -> bool:
+        unsettled.clear()
+        for j in ids:
+            job, recorded = state.registry.get(j), sessions.get(f"dlg-{j}")
+            session_state = recorded.state if recorded is not None else None
+            if job.status is not JobState.COMPLETED or session_state is not SessionState.STOPPED:
+                unsettled[j] = (job.status.value, session_state and session_state.value)
+        return not unsettled
+
+    try:
+        retry_until(all_settled, timeout=120, interval=0.1)
+    except AssertionError:
+        for j in unsettled:
+            print(j, unsettled[j], state.audit.events_path(j).read_text()[-3000:])
+        raise AssertionError(f"jobs not settled (job state, session state): {unsettled}") from None
     tmux = Tmux(tmux_env["DELEGATE_TMUX_SOCKET"])
     # A job completes a moment before its wrapper process exits: wait for every pane to die.
     panes = retry_until(

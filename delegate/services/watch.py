@@ -12,7 +12,6 @@ queued job's launch when a slot frees, and its session once the job ended. An on
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import time
@@ -45,6 +44,7 @@ RECORD_POLL_S = 0.2
 END_GRACE_S = 2.0
 # A supervisor asks tmux about its job this often, and at once when its wrapper's pidfd fires.
 SUPERVISE_TMUX_S = 5.0
+AFTER_END_S = 30.0  # how long a supervisor keeps trying to settle its ended job's session
 QUEUE_CHECK_S = 1.0  # a queued job's supervisor looks for a free slot this often
 
 
@@ -219,15 +219,36 @@ class Watcher:
         )
 
     def after_end(self) -> None:
-        """Once the job ended: its session stopped, and queued jobs launched into free slots."""
-        job = self.state.registry.get(self.job_id)
-        socket = job.tmux_socket or self.reconciler().default_socket
-        with contextlib.suppress(Exception):
-            self.reconciler().run_pass(
-                sockets=(socket,) if job.session else (),
-                only_job=self.job_id,
-                keep=lambda a: a.job_id == self.job_id or isinstance(a, LaunchJob),
-            )
+        """Once the job ended: its session stopped, and queued jobs launched into free slots.
+
+        Retried for a while: a pass that could not ask tmux (a busy machine) or failed would
+        otherwise leave the session recorded running, holding a slot, until a monitor runs.
+        """
+        deadline = self.clock() + AFTER_END_S
+        delay = 0.05
+        while True:
+            job = self.state.registry.get(self.job_id)
+            socket = job.tmux_socket or self.reconciler().default_socket
+            try:
+                self.reconciler().run_pass(
+                    sockets=(socket,) if job.session else (),
+                    only_job=self.job_id,
+                    keep=lambda a: a.job_id == self.job_id or isinstance(a, LaunchJob),
+                )
+            except Exception as exc:  # the job's end is recorded; this is only housekeeping
+                log.warning("job %s: could not settle its session: %s", self.job_id, exc)
+            if not self._session_still_running(job) or self.clock() >= deadline:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _session_still_running(self, job: Job) -> bool:
+        if not job.session:
+            return False
+        from .launch import inventory
+
+        row = inventory(self.state).get(job.session)
+        return row is not None and row.job_id == self.job_id and row.state is SessionState.RUNNING
 
     # --- the loop -------------------------------------------------------------------------
 
