@@ -311,7 +311,9 @@ def submit(
     wait: Annotated[
         bool | None,
         typer.Option(
-            "--wait/--no-wait", help="Stream events and exit with the outcome, or return at once."
+            "--wait/--no-wait",
+            help="Stream events and exit with the outcome, or return at once"
+            " (default: wait when stdout is a terminal).",
         ),
     ] = None,
     idempotency_key: IdempotencyOpt = None,
@@ -362,7 +364,8 @@ def submit(
     )
     text = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=sys.stdin)
     request = SubmitRequest.from_settings(settings, text)
-    waiting = bool(settings["wait"])
+    # cron, scripts and pipes get the job id at once; a person at a terminal sees it through
+    waiting = sys.stdout.isatty() if settings["wait"] is None else bool(settings["wait"])
     result = submit_job(_state(), request, wait=waiting, emit=_print_json)
     if result.queue_position is not None:
         print(
@@ -588,7 +591,12 @@ CrontabUserOpt = Annotated[
     str | None, typer.Option("--user", help="Edit this user's crontab (as root, like -u).")
 ]
 CrontabFileOpt = Annotated[
-    Path | None, typer.Option("--file", help="Edit this crontab file instead (/etc/cron.d style).")
+    Path | None,
+    typer.Option(
+        "--file",
+        help="Edit this crontab file instead; in /etc/cron.d or with --user its lines name the"
+        " user they run as.",
+    ),
 ]
 
 

@@ -87,10 +87,15 @@ def submit_shell(
     *args: str,
     timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
-    """`delegate submit --agent shell` of `prompt` (a bash script) in `workdir`, with flags."""
+    """`delegate submit --agent shell` of `prompt` (a bash script) in `workdir`, with flags.
+
+    Waits for the outcome unless `args` say `--no-wait` (tests run without a terminal, where
+    submit would return at once).
+    """
     return run_cli(
         home,
         "submit",
+        *with_wait(args),
         "--agent",
         "shell",
         "--workdir",
@@ -101,6 +106,11 @@ def submit_shell(
         env=env,
         timeout=timeout,
     )
+
+
+def with_wait(args: tuple[str, ...]) -> tuple[str, ...]:
+    """`--wait`, unless `args` choose for themselves."""
+    return () if {"--wait", "--no-wait"} & set(args) else ("--wait",)
 
 
 def read_pids(path: Path) -> list[int]:

@@ -46,6 +46,7 @@ def test_a_claude_like_agent_reports_through_its_channel(home: Path, tmux_env, t
     result = run_cli(
         home,
         "submit",
+        "--wait",
         "--agent",
         "fakeclaude",
         "--prompt",
@@ -93,6 +94,7 @@ def test_a_codex_like_agent_reports_through_its_channel(home: Path, tmux_env, tm
     result = run_cli(
         home,
         "submit",
+        "--wait",
         "--agent",
         "fakecodex",
         "--prompt",

@@ -11,7 +11,7 @@ from pathlib import Path
 from delegate.services.agent_env import BASE
 from delegate.services.state import State
 
-from .helpers import assert_one_line_error, json_lines, run_cli
+from .helpers import assert_one_line_error, json_lines, retry_until, run_cli
 
 SECRETS = {
     "MQTT_PASSWORD": "delegator-password",
@@ -59,6 +59,7 @@ def test_the_agent_gets_exactly_the_documented_environment(home: Path, tmux_env,
     result = run_cli(
         home,
         "submit",
+        "--wait",
         "--agent",
         "envdump",
         "--prompt",
@@ -128,7 +129,9 @@ def test_a_cron_submit_finds_the_agent_in_local_bin(home: Path, tmux_env, tmp_pa
         str(tmp_path),
     )
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "done.txt").read_text() == "ran from cron"
+    # no TTY, as under cron: submit returned the job id at once; the agent runs on
+    done = tmp_path / "done.txt"
+    assert retry_until(lambda: done.exists() and done.read_text()) == "ran from cron"
     [job] = State.open(env={"DELEGATE_HOME": str(home)}).registry.list()
     assert job.launch["argv"][0] == str(user_home / ".local" / "bin" / "fake-agent")
 

@@ -78,12 +78,21 @@ def test_add_list_remove_touch_only_our_line(home: Path, tmp_path: Path):
         ["add", "0 2 * * *", str(tmp_path / "missing.toml")],
         ["remove", "nope"],
         ["run", "nope"],
+        ["add", "0 2 * * *", str(tmp_path / "nightly.toml"), "--user", "no-such-user-x"],
     ):
         assert_one_line_error(
             run_cli(home, "cron", *args, "--file", str(tab))
             if args[0] == "add"
             else run_cli(home, "cron", *args)
         )
+    # cron skips a file in /etc/cron.d whose name has a dot: refused before anything is written
+    dotted = Path("/etc/cron.d") / f"delegate-test.{uuid.uuid4().hex[:8]}"
+    refused = run_cli(
+        home, "cron", "add", "0 2 * * *", str(tmp_path / "nightly.toml"), "--file", str(dotted)
+    )
+    assert_one_line_error(refused)
+    assert "cron ignores" in refused.stderr and not dotted.exists()
+    assert tab.read_bytes() == (OTHERS + "\n").encode()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="another user's crontab needs root")
@@ -232,3 +241,74 @@ def test_catch_up_once_submits_the_latest_missed_window(home: Path, tmux_env, tm
         datetime(2026, 11, 22, 1, 0, tzinfo=UTC),
     )
     assert fresh == []
+
+
+# The real daemon runs in a mount namespace of its own where /etc/cron.d, /etc/crontab, the
+# users' spool and /run are the test's folders: it sees the one crontab file this test wrote and
+# nothing of the machine's, and it cannot collide with a cron daemon the machine already runs.
+PRIVATE_CRON = """
+mount --bind "$1/cron.d" /etc/cron.d
+mount --bind "$1/crontab" /etc/crontab
+mount --bind "$1/spool" /var/spool/cron/crontabs
+mount --bind "$1/run" /run
+exec /usr/sbin/cron -f
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not Path("/usr/sbin/cron").exists(),
+    reason="the cron daemon and a private mount namespace need root and Debian's cron",
+)
+def test_the_cron_daemon_fires_an_entry_and_its_job_completes(home: Path, tmux_env, tmp_path: Path):
+    private = tmp_path / "etc"
+    for folder in ("cron.d", "spool", "run"):
+        (private / folder).mkdir(parents=True)
+    (private / "crontab").write_text("")
+    # a file in /etc/cron.d must be root's, not writable by others, and its name has no dot
+    tab = private / "cron.d" / "delegate-e2e"
+    others = (
+        "# a system crontab file: schedule, user, command\n"
+        'MAILTO=""\n'
+        "\n"
+        "17 3 1 1 *  root  /bin/true   # never in this test\n"
+    )
+    tab.write_text(others)
+    tab.chmod(0o644)
+    job = job_file(tmp_path, "echo ran >> ran.txt")
+    env = {**tmux_env, "DELEGATE_HOME": str(home)}
+    added = run_cli(
+        home, "cron", "add", "* * * * *", str(job), "--file", str(tab), "--user", "root", env=env
+    )
+    assert added.returncode == 0, added.stderr
+    [ours] = tab.read_text()[len(others) :].splitlines()
+    assert ours.split()[:6] == ["*", "*", "*", "*", "*", "root"]
+    daemon = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-ec", PRIVATE_CRON, "-", private],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        state = State.open(env={"DELEGATE_HOME": str(home)})
+        # cron fires at the start of the next minute: at most a minute and a little from now
+        jobs = retry_until(
+            lambda: daemon.poll() is None and state.registry.list(), timeout=130, interval=0.5
+        )
+        [fired] = jobs
+        assert fired.idempotency_key and fired.idempotency_key.startswith("nightly-")
+        retry_until(
+            lambda: state.registry.get(fired.job_id).status is JobState.COMPLETED, timeout=60
+        )
+        assert (tmp_path / "ran.txt").read_text() == "ran\n"
+        listed = json_lines(run_cli(home, "cron", "list", "--json", env=env).stdout)
+        assert [(r["last_job_id"], r["last_state"]) for r in listed] == [
+            (fired.job_id, "completed")
+        ]
+    finally:
+        daemon.terminate()
+        out = daemon.communicate(timeout=30)[0]
+    assert daemon.returncode in (0, -15), out  # it ran until this test stopped it
+    removed = run_cli(home, "cron", "remove", "nightly", env=env)
+    assert removed.returncode == 0, removed.stderr
+    assert tab.read_bytes() == others.encode()  # the other lines, byte for byte

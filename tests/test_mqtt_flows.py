@@ -155,6 +155,7 @@ def test_submit_and_the_wrapper_work_unchanged_over_mqtt(
     result = run_cli(
         home,
         "submit",
+        "--wait",
         "--agent",
         "shell",
         "--workdir",
@@ -174,6 +175,7 @@ def test_submit_and_the_wrapper_work_unchanged_over_mqtt(
     failed = run_cli(
         home,
         "submit",
+        "--wait",
         "--agent",
         "shell",
         "--workdir",

@@ -136,7 +136,7 @@ def test_job_file_merge(tmp_path: Path):
     assert merged["prompt_file"] == path.parent / "task.sh"
     assert merged["idle_timeout"] == 90.0  # the flag wins
     assert merged["wait"] is False
-    assert merge_job_file(None, **flags)["wait"] is True
+    assert merge_job_file(None, **flags)["wait"] is None  # the caller decides: a terminal waits
     path.write_text('agent = "shell"\nspeed = "fast"\n')
     with pytest.raises(ConfigError, match="unknown field"):
         merge_job_file(path, **flags)

@@ -62,6 +62,7 @@ def test_a_real_claude_without_credentials_ends_in_error(home: Path, tmux_env, t
     result = run_cli(
         home,
         "submit",
+        "--wait",
         "--agent",
         "claude",
         "--prompt",

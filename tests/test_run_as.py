@@ -98,6 +98,7 @@ def test_an_agent_run_as_another_user(
     result = run_cli(
         home,
         "submit",
+        "--wait",
         "--agent",
         "confined",
         "--workdir",

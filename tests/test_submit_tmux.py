@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import random
 import subprocess
 import sys
@@ -24,6 +26,7 @@ from .helpers import (
     retry_until,
     run_cli,
     submit_shell,
+    with_wait,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +37,7 @@ def open_state(home: Path) -> State:
 
 
 def submit(home: Path, env: dict[str, str], *args: str, timeout: float = 120):
-    return run_cli(home, "submit", *args, env=env, timeout=timeout)
+    return run_cli(home, "submit", *with_wait(args), *args, env=env, timeout=timeout)
 
 
 def job_of(result) -> str:
@@ -196,6 +199,7 @@ def test_the_prompt_can_come_from_stdin(home: Path, tmux_env, tmp_path: Path):
     result = run_cli(
         home,
         "submit",
+        "--wait",
         "--cmd",
         "cat > got.txt",
         "--prompt",
@@ -446,3 +450,56 @@ def test_publishes_from_the_pane_are_served_by_the_wrapper(home: Path, tmux_env,
     assert events[1]["data"] == {"n": 1, "hmac_sig": events[1]["data"]["hmac_sig"]}
     job_id = events[0]["job_id"]
     assert not (home / "logs" / job_id / "publish.sock").exists()  # removed with the wrapper
+
+
+def test_submit_waits_at_a_terminal_and_returns_at_once_without_one(
+    home: Path, tmux_env, tmp_path: Path
+):
+    env = cli_env(home, tmux_env)
+    gate = tmp_path / "gate"
+    # the job cannot end before the test opens the gate: a returned submit did not wait
+    prompt = (
+        f"while [ ! -e {gate} ]; do sleep 0.05; done;"
+        ' delegate publish --event progress --detail "through"'
+    )
+    piped = run_cli(
+        home, "submit", "--agent", "shell", "--prompt", prompt, "--workdir", str(tmp_path), env=env
+    )
+    assert piped.returncode == 0, piped.stderr
+    job_id = piped.stdout.strip()
+    assert open_state(home).registry.get(job_id).status in (JobState.PENDING, JobState.RUNNING)
+    gate.touch()
+    retry_until(
+        lambda: open_state(home).registry.get(job_id).status is JobState.COMPLETED, timeout=60
+    )
+
+    # stdout on a terminal: submit streams the job's events and exits with its outcome
+    gate.unlink()
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        delegate_cmd("submit", "--agent", "shell", "--prompt", prompt, "--workdir", str(tmp_path)),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=subprocess.PIPE,
+    )
+    os.close(follower)
+    seen = b""
+    while b'"started"' not in seen:
+        seen += os.read(leader, 4096)
+    assert proc.poll() is None  # still following the job
+    gate.touch()
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # EIO: the last writer closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert proc.wait(timeout=60) == 0
+    os.close(leader)
+    events = [
+        json.loads(line)["event"] for line in seen.decode().splitlines() if line.startswith("{")
+    ]
+    assert events == ["started", "progress", "completed"]

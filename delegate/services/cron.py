@@ -42,12 +42,48 @@ class CronError(DelegateError):
     exit_code = 64
 
 
+SYSTEM_CRONTABS = (Path("/etc/cron.d"), Path("/etc/crontab"))
+
+
 class Crontab(NamedTuple):
     """Where the lines live: the user's crontab (through `crontab`), another user's (`-u`), or
-    a crontab file."""
+    a crontab file.
+
+    A file in /etc/cron.d (or /etc/crontab), or any file given with a user, is a system crontab:
+    each line names the user it runs as after the schedule.
+    """
 
     user: str | None = None
     file: Path | None = None
+
+    @property
+    def run_as(self) -> str | None:
+        """The user column of a system crontab line; None for a user's own crontab."""
+        if self.file is None:
+            return None
+        if self.user is not None:
+            return self.user
+        path = self.file.absolute()
+        if path == SYSTEM_CRONTABS[1] or path.parent == SYSTEM_CRONTABS[0]:
+            import pwd
+
+            return pwd.getpwuid(os.geteuid()).pw_name
+        return None
+
+    def check(self) -> None:
+        in_cron_d = self.file is not None and self.file.absolute().parent == SYSTEM_CRONTABS[0]
+        if in_cron_d and self.file is not None and _NAME.fullmatch(self.file.name) is None:
+            raise UsageError(
+                f"cron ignores {self.file}: a file in /etc/cron.d is named with letters,"
+                " digits, '-' and '_' only"
+            )
+        if self.user is not None:
+            import pwd
+
+            try:
+                pwd.getpwnam(self.user)
+            except KeyError:
+                raise UsageError(f"no such user: {self.user}") from None
 
     def read(self) -> str:
         if self.file is not None:
@@ -68,7 +104,11 @@ class Crontab(NamedTuple):
 
     def write(self, text: str) -> None:
         if self.file is not None:
-            atomic_write(self.file, text.encode(), mode=0o644)
+            try:  # keep the file's mode; cron refuses a system crontab others may write
+                mode = self.file.stat().st_mode & 0o7777
+            except FileNotFoundError:
+                mode = 0o644
+            atomic_write(self.file, text.encode(), mode=mode)
             return
         args = ["crontab", *(["-u", self.user] if self.user else []), "-"]
         result = subprocess.run(args, input=text, capture_output=True, text=True, timeout=30)
@@ -150,8 +190,11 @@ class CronBook:
         atomic_write(self.path, json.dumps(entries, indent=2, sort_keys=True).encode())
 
 
-def cron_line(state: State, name: str, schedule: str) -> str:
-    """The crontab line of an entry: absolute paths, quoted for the shell cron runs it with."""
+def cron_line(state: State, name: str, schedule: str, *, run_as: str | None = None) -> str:
+    """The crontab line of an entry: absolute paths, quoted for the shell cron runs it with.
+
+    `run_as`: the user column a system crontab (an /etc/cron.d file) has after the schedule.
+    """
     from ..tmux import SOCKET_ENV, socket_path_for
 
     exe = Path(sys.executable).parent / "delegate"
@@ -159,7 +202,8 @@ def cron_line(state: State, name: str, schedule: str) -> str:
     if state.env.get(SOCKET_ENV):  # the tmux server jobs go to, as when the line was added
         socket = socket_path_for(state.env[SOCKET_ENV], state.env)
         settings += f" {SOCKET_ENV}={shlex.quote(socket)}"
-    return f"{schedule} {settings} {shlex.quote(str(exe))} cron run {name} {MARKER}{name}"
+    when = f"{schedule} {run_as}" if run_as else schedule
+    return f"{when} {settings} {shlex.quote(str(exe))} cron run {name} {MARKER}{name}"
 
 
 def _without(text: str, name: str) -> str:
@@ -191,6 +235,7 @@ def add(
         raise UsageError(f"--catch-up must be one of {', '.join(CATCH_UP)}")
     now = now or datetime.now(UTC)
     crontab = crontab or Crontab()
+    crontab.check()
     book = CronBook(state)
     with book.lock:
         entries = book.load()
@@ -208,7 +253,8 @@ def add(
         text = _without(crontab.read(), name)
         if text and not text.endswith("\n"):
             text += "\n"
-        crontab.write(text + cron_line(state, name, schedule) + "\n")
+        line = cron_line(state, name, schedule, run_as=crontab.run_as)
+        crontab.write(text + line + "\n")
         entries[name] = entry
         book.save(entries)
     return entry

@@ -17,7 +17,7 @@ def merge_job_file(path: Path | None, **flags: Any) -> dict[str, Any]:
     """Settings from `path` (if any) overridden by every flag that was given.
 
     Relative paths in the file are taken relative to the file, so a crontab line can point at
-    it from anywhere. `wait` defaults to true.
+    it from anywhere. `wait` stays None when neither says: the caller decides (a terminal).
     """
     settings: dict[str, Any] = {name: None for name in flags}
     if path is not None:
@@ -51,6 +51,4 @@ def merge_job_file(path: Path | None, **flags: Any) -> dict[str, Any]:
     for name, value in flags.items():
         if value is not None:
             settings[name] = value
-    if settings.get("wait") is None:
-        settings["wait"] = True
     return settings
