@@ -28,6 +28,12 @@ def main(argv: list[str] | None = None) -> int:
             code = main_cron_run(argv[2])
             if code >= 0:
                 return code
+        fast_lock = argv[1:2] in (["acquire"], ["renew"], ["release"], ["check"])
+        if argv[:1] == ["lock"] and fast_lock and not {"-h", "--help"} & set(argv):
+            from .fastcoord import main_lock
+
+            _logging.configure_lazily()
+            return main_lock(argv[1:])
         if argv[:1] == ["hook"] and not {"-h", "--help"} & set(argv):
             from .fastcli import main_hook
 

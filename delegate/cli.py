@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from .cli_coord import register as register_coord
 from .errors import DelegateError, say
 from .services.state import State
 
@@ -587,6 +588,7 @@ cron_app = typer.Typer(
     help="Submit a job file on a schedule, one job per scheduled window.", no_args_is_help=True
 )
 app.add_typer(cron_app, name="cron")
+register_coord(app)
 CrontabUserOpt = Annotated[
     str | None, typer.Option("--user", help="Edit this user's crontab (as root, like -u).")
 ]

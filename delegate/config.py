@@ -54,6 +54,10 @@ class Layout:
     def sessions_db(self) -> Path:
         return self.home / "sessions.db"
 
+    @property
+    def coord_db(self) -> Path:
+        return self.home / "coord.db"
+
     def job_logs(self, job_id: str) -> Path:
         return self.logs / job_id
 

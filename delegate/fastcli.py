@@ -127,6 +127,12 @@ def main_hook(argv: list[str]) -> int:
     return 0
 
 
+def publish_own(event: str, detail: str, data: str) -> None:
+    """Publish an event of this process's own job (DELEGATE_JOB_ID), through the pane's wrapper
+    when there is one; coordination uses it to put its events on the job's bus."""
+    _hook_request({"event": event, "detail": detail, "data": data})
+
+
 def _hook_request(request: dict[str, object]) -> None:
     path = os.environ.get("DELEGATE_PUBLISH_SOCKET")
     if path:

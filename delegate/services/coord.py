@@ -1,0 +1,61 @@
+"""Coordination as a service: the store opened from the state dir, and its events announced.
+
+Every acquire, release, break, claim and board phase change is logged in `coord.db` in the
+transaction that made it. When the actor runs inside a job (DELEGATE_JOB_ID), the event is also
+published on that job's bus as a `progress` event with `data.coord`, so `delegate logs`, the
+monitor and the report see coordination beside the job's own events.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .._logging import get_logger
+from ..config import HOME_ENV, JOB_ENV, state_home
+from ..coord.store import CoordStore
+
+log = get_logger(__name__)
+
+AGENT_ENV = "DELEGATE_AGENT_ID"
+
+
+def open_coord(env: Mapping[str, str] | None = None) -> CoordStore:
+    env = os.environ if env is None else env
+    return CoordStore(state_home(env) / "coord.db")
+
+
+def default_agent(given: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """`--owner`/`--agent` when given, else this agent's id: DELEGATE_AGENT_ID, else its job."""
+    env = os.environ if env is None else env
+    return given or env.get(AGENT_ENV) or env.get(JOB_ENV) or None
+
+
+def describe_event(event: Mapping[str, Any]) -> str:
+    kind = str(event["kind"])
+    subject = event["subject"]
+    if kind == "board_phase":
+        return f"board {subject}: {event.get('phase')}"
+    what, _, verb = kind.partition("_")
+    token = f" (token {event['token']})" if "token" in event else ""
+    return f"{what} {verb}: {subject}{token}"
+
+
+def announce(events: list[dict[str, Any]], env: Mapping[str, str] | None = None) -> None:
+    """Publish coordination events on the actor's own job's bus, when it runs in a job. The
+    change is already recorded; a publish that fails is a warning, never an error."""
+    env = os.environ if env is None else env
+    if not events or not env.get(JOB_ENV) or not env.get(HOME_ENV):
+        return
+    from .. import _fastjson as json
+    from ..errors import DelegateError
+    from ..fastcli import publish_own
+
+    for event in events:
+        try:
+            publish_own("progress", describe_event(event), json.dumps({"coord": event}))
+        except (DelegateError, OSError) as exc:
+            log.warning(
+                "coordination event %s not published on the job's bus: %s", event["kind"], exc
+            )
