@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import _logging
+from .coord.heartbeats import Beater
 from .errors import BusError, DelegateError, PublishRefused, say
 from .fsio import path_with
 from .model import EventType
@@ -418,8 +419,11 @@ def _run_agent(
     )
     for thread in threads:
         thread.start()
+    # the agent's heartbeat (its id is the job id, the default owner of its locks and claims)
+    beater = Beater(state.layout.coord_db, job_id, task=job_id).start()
     returncode = agent.wait()
     relay.reaped()
+    beater.stop()
     for thread in threads:
         thread.join(timeout=0.2 if relay.received else 5)
     listener.finish()  # a codex stream that ended cleanly completes its job here

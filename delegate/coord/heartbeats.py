@@ -12,6 +12,7 @@ from ..errors import UsageError
 TYPE_CHECKING = False  # `lock acquire` runs through here: typing and dataclasses cost ~10 ms
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from pathlib import Path
     from typing import Any
 
     from .store import CoordStore
@@ -119,3 +120,48 @@ def agents(store: CoordStore, thresholds: Thresholds = DEFAULT) -> list[dict[str
             }
         )
     return out
+
+
+class Beater:
+    """Beats for one agent every `interval` seconds from a thread of its own, with its own
+    connection, so an agent busy in a long model call (or a wrapper blocked on it) is never
+    taken for dead. A beat that fails is logged and tried again at the next interval."""
+
+    def __init__(
+        self, path: Path, agent: str, *, interval: float = BEAT_INTERVAL_S, task: str | None = None
+    ) -> None:
+        import threading
+
+        self.path, self.agent, self.interval, self.task = path, agent, interval, task
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def start(self) -> Beater:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        from .._logging import get_logger
+        from .store import CoordStore
+
+        log = get_logger(__name__)
+        store = None
+        while True:
+            try:
+                store = store or CoordStore(self.path)
+                beat(store, self.agent, "working", task=self.task)
+            except Exception as exc:  # a beat must never take the wrapper down
+                log.warning("heartbeat of %s failed: %s", self.agent, exc)
+            if self._stop.wait(self.interval):
+                break
+        try:
+            beat(store or CoordStore(self.path), self.agent, "idle", task=self.task)
+        except Exception as exc:
+            log.warning("last heartbeat of %s failed: %s", self.agent, exc)
+        if store is not None:
+            store.close()
+
+    def stop(self) -> None:
+        """One last beat (`idle`: the agent has exited), then the thread ends."""
+        self._stop.set()
+        self._thread.join(timeout=5)
