@@ -411,9 +411,32 @@ def test_html_report_renders_in_headless_chromium(spark, tmp_path: Path):
     assert pixels.shape[0] >= 1000 and pixels.std() > 0.05  # a real page, not a blank one
 
 
+def _coordination(home: Path) -> None:
+    """Locks and claims on an injected clock: holds of 30 s and 10 s on `db`, a claim that
+    expired after 60 s and was taken over, and a grant that waited 2.5 s."""
+    from delegate.coord import leases
+    from delegate.coord.store import CoordStore
+
+    now = [1_800_000_000_000]
+    store = CoordStore(home / "coord.db", now=lambda: now[0])
+    leases.acquire(store, "lock", "db", "a", ttl_s=600)
+    now[0] += 30_000
+    leases.release(store, "lock", "db", "a")
+    leases.acquire(store, "lock", "db", "b", ttl_s=600)
+    now[0] += 10_000
+    leases.release(store, "lock", "db", "b")
+    leases.acquire(store, "claim", "t1", "c", ttl_s=60)
+    now[0] += 100_000
+    leases.acquire(store, "claim", "t1", "d", ttl_s=60)
+    with store.write() as conn:  # as a grant that had to wait would log it
+        store.record(conn, "lock_acquired", "e", "db", token=3, ttl_ms=1000, waited_ms=2500)
+    store.close()
+
+
 def test_report_cli_json_and_bad_input(tmp_path: Path):
     home = tmp_path / "state"
     generate(home / "logs", Spec(jobs=12, seed=11))
+    _coordination(home)
     out = tmp_path / "out"
     result = run_cli(
         home,
@@ -430,6 +453,11 @@ def test_report_cli_json_and_bad_input(tmp_path: Path):
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads((out / "report.json").read_text())
     assert data["totals"]["jobs"] == 12
+    held = {(r["type"], r["resource"]): r for r in data["resources"]}
+    db, t1 = held[("lock", "db")], held[("claim", "t1")]
+    assert (db["grants"], db["holds"], db["avg_hold_s"], db["max_hold_s"]) == (3, 2, 20.0, 30.0)
+    assert db["max_wait_s"] == 2.5 and abs(db["avg_wait_s"] - 2.5 / 3) < 1e-9
+    assert (t1["grants"], t1["holds"], t1["avg_hold_s"], t1["broken"]) == (2, 1, 60.0, 0)
     assert "compacted" in result.stderr
     for args in (
         ["--since", "yesterday"],

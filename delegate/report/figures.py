@@ -140,6 +140,7 @@ class Report(NamedTuple):
     sessions: list[dict[str, Any]]
     days: list[dict[str, Any]]
     totals: dict[str, Any]
+    resources: list[dict[str, Any]] = []  # noqa: RUF012 - a NamedTuple default, never mutated
 
 
 def _seconds(later: Any, earlier: Any) -> Any:
@@ -282,6 +283,47 @@ def compute_frames(
     return {"jobs": jobs, "agents": per("agent"), "sessions": per("session"), "days": days}
 
 
+COORD_SCHEMA = "ts_ms LONG, kind STRING, actor STRING, subject STRING, data STRING"
+
+
+def resource_frame(spark: SparkSession, events: list[tuple[Any, ...]]) -> DataFrame:
+    """Per lock or claim: grants, how long holders waited for them and held them, breaks.
+
+    From coord.db's event log (ts_ms, kind, actor, subject, data): waits from each grant's
+    `waited_ms`; holds from releases, breaks, and grants that took over an expired lease.
+    """
+    frame = spark.createDataFrame(events, COORD_SCHEMA)
+    parsed = frame.select(
+        F.split("kind", "_").getItem(0).alias("type"),
+        F.split("kind", "_").getItem(1).alias("step"),
+        F.col("subject").alias("resource"),
+        F.get_json_object("data", "$.waited_ms").cast("double").alias("waited_ms"),
+        F.coalesce(
+            F.get_json_object("data", "$.held_ms"),
+            F.get_json_object("data", "$.previous.held_ms"),
+        )
+        .cast("double")
+        .alias("held_ms"),
+    ).filter(F.col("type").isin("lock", "claim"))
+    return (
+        parsed.groupBy("type", "resource")
+        .agg(
+            F.sum((F.col("step") == "acquired").cast("int")).alias("grants"),
+            F.sum((F.col("step") == "broken").cast("int")).alias("broken"),
+            (F.avg(F.when(F.col("step") == "acquired", F.col("waited_ms"))) / 1000).alias(
+                "avg_wait_s"
+            ),
+            (F.max(F.when(F.col("step") == "acquired", F.col("waited_ms"))) / 1000).alias(
+                "max_wait_s"
+            ),
+            F.count("held_ms").alias("holds"),
+            (F.avg("held_ms") / 1000).alias("avg_hold_s"),
+            (F.max("held_ms") / 1000).alias("max_hold_s"),
+        )
+        .orderBy("type", "resource")
+    )
+
+
 def _rows(frame: DataFrame) -> list[dict[str, Any]]:
     # Timestamps leave Spark as UTC text: PySpark would make them naive local datetimes.
     utc = [
@@ -309,6 +351,12 @@ def collect(frames: dict[str, DataFrame], *, malformed: int = 0) -> Report:
         "permission_requests": sum(j["permission_requests"] for j in jobs),
         "malformed_lines": malformed,
     }
+    resources = _rows(frames["resources"]) if "resources" in frames else []
     return Report(
-        jobs, _rows(frames["agents"]), _rows(frames["sessions"]), _rows(frames["days"]), totals
+        jobs,
+        _rows(frames["agents"]),
+        _rows(frames["sessions"]),
+        _rows(frames["days"]),
+        totals,
+        resources,
     )

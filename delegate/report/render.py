@@ -73,6 +73,19 @@ JOB_COLUMNS = [
 ]
 
 
+RESOURCE_COLUMNS = [
+    "type",
+    "resource",
+    "grants",
+    "avg_wait_s",
+    "max_wait_s",
+    "holds",
+    "avg_hold_s",
+    "max_hold_s",
+    "broken",
+]
+
+
 def print_table(report: Report, *, jobs_limit: int = 20) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -107,6 +120,13 @@ def print_table(report: Report, *, jobs_limit: int = 20) -> None:
     for job in report.jobs[-jobs_limit:]:
         jobs.add_row(*(_fmt(job.get(c)) for c in JOB_COLUMNS))
     console.print(jobs)
+    if report.resources:
+        resources = Table(title="locks and claims", box=None, header_style="bold")
+        for column in RESOURCE_COLUMNS:
+            resources.add_column(column.upper())
+        for held in report.resources:
+            resources.add_row(*(_fmt(held.get(c)) for c in RESOURCE_COLUMNS))
+        console.print(resources)
 
 
 def _svg(figure: Any) -> str:
@@ -193,6 +213,7 @@ requests, {t["rejected"]} rejected messages, {t["malformed_lines"]} malformed li
 <h2>Per session</h2>{_html_table(report.sessions, ["session", *GROUP_COLUMNS])}
 <h2>Per day (UTC)</h2>{_html_table(report.days, DAY_COLUMNS)}
 <h2>Jobs</h2>{_html_table(report.jobs, JOB_COLUMNS)}
+<h2>Locks and claims</h2>{_html_table(report.resources, RESOURCE_COLUMNS)}
 </body></html>
 """
 

@@ -62,6 +62,25 @@ def _is_local(logs: str) -> bool:
     return "://" not in logs or logs.startswith("file://")
 
 
+def _coordination_events(state: State) -> list[tuple[Any, ...]]:
+    """coord.db's event log (locks, claims, boards), when this state dir has one."""
+    path = state.layout.coord_db
+    if not path.exists():
+        return []
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+        try:
+            return conn.execute(
+                "SELECT ts_ms, kind, actor, subject, data FROM events ORDER BY seq"
+            ).fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise DelegateError(f"cannot read the coordination log {path}: {exc}") from None
+
+
 def run_report(
     state: State,
     *,
@@ -77,6 +96,7 @@ def run_report(
     since_day = parse_since(since)
     logs = logs or str(state.layout.logs)
     local = _is_local(logs)
+    own = False  # the report reads this state dir's logs (and then its coordination log too)
     if local:
         logs_path = Path(logs.removeprefix("file://")).expanduser().absolute()
         if not logs_path.is_dir():
@@ -104,6 +124,11 @@ def run_report(
         lines, malformed = read_ndjson(spark, [f"{logs.rstrip('/')}/*/events.ndjson"])
     status = read_status(spark, f"{logs.rstrip('/')}/*/status.json")
     frames = compute_frames(lines, status, since=since_day)
+    coordination = _coordination_events(state) if own else []
+    if coordination:
+        from ..report.figures import resource_frame
+
+        frames["resources"] = resource_frame(spark, coordination)
     report = collect(frames, malformed=malformed)
     written: list[Path] = []
     if fmt != "table":
