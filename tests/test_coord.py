@@ -410,3 +410,38 @@ def test_blackboard_ttl_versions_prefixes_snapshot_render(
     assert run_cli(home, "bb", "delete", "note").returncode == 0
     assert run_cli(home, "bb", "delete", "note").returncode == 1
     assert run_cli(home, "bb", "render").stdout.startswith("# Swarm Blackboard")
+
+
+# --- inside a job ----------------------------------------------------------------------------
+
+
+def test_coordination_inside_a_job_reaches_its_bus_and_it_beats(
+    home: Path, tmux_env, tmp_path: Path
+):
+    from delegate.services.state import State
+
+    from .helpers import submit_shell
+
+    # the owner defaults to the job: its id is also its agent's heartbeat id
+    prompt = (
+        "delegate lock acquire build --ttl 60 >token.txt"
+        " && delegate agents --json >agents.json"
+        " && delegate lock release build"
+    )
+    result = submit_shell(home, tmux_env, tmp_path, prompt)
+    assert result.returncode == 0, result.stderr
+    events = json_lines(result.stdout)
+    job_id = events[0]["job_id"]
+    coord = [e["data"]["coord"] for e in events if "coord" in e.get("data", {})]
+    assert [(c["kind"], c["subject"], c["actor"]) for c in coord] == [
+        ("lock_acquired", "build", job_id),
+        ("lock_released", "build", job_id),
+    ]
+    assert (tmp_path / "token.txt").read_text().strip() == str(coord[0]["token"])
+    beats = {r["agent"]: r for r in json_lines((tmp_path / "agents.json").read_text())}
+    assert beats[job_id]["status"] == "working" and beats[job_id]["liveness"] == "OK"
+    # after the agent exited, its wrapper's last beat says so
+    after = CoordStore(home / "coord.db")
+    assert after.read("SELECT status FROM heartbeats WHERE agent = ?", (job_id,)) == [("idle",)]
+    audit = State.open(env={"DELEGATE_HOME": str(home)}).audit.read_events(job_id, "published")
+    assert any(e["envelope"]["detail"] == "lock acquired: build (token 1)" for e in audit)
