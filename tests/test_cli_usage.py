@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from delegate import cli, fastcli
+from delegate import cli, fastcli, fastcoord
 
 from .helpers import assert_one_line_error, json_lines, run_cli
 
@@ -252,3 +252,38 @@ def test_grouped_subcommands_have_help_with_an_example(home: Path, group: str, s
     result = run_cli(home, group, sub, "--help")
     assert result.returncode == 0, result.stderr
     assert "Example" in result.stdout
+
+
+COORD_SUBCOMMANDS = {
+    "msg": ["send", "recv", "ack", "export"],
+    "lock": ["acquire", "renew", "release", "check", "list"],
+    "board": ["open", "assess", "discuss", "vote", "resolve", "status"],
+    "bb": ["write", "read", "delete", "list", "snapshot", "render"],
+    "bus": ["export"],
+}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[g, c] for g, cs in COORD_SUBCOMMANDS.items() for c in cs]
+    + [[c] for c in ("claim", "heartbeat", "agents", "block", "unblock", "deadlocks")],
+    ids=" ".join,
+)
+def test_every_coordination_command_has_help_with_an_example(home: Path, argv: list[str]):
+    result = run_cli(home, *argv, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "Example" in result.stdout and "Usage" in result.stdout
+
+
+def test_fast_lock_parser_matches_the_typer_commands():
+    import typer
+
+    group = typer.main.get_command(cli.app).commands["lock"]  # type: ignore[attr-defined]
+    for action, fast in fastcoord.LOCK_OPTIONS.items():
+        command = group.commands[action]
+        options = sorted(o for p in command.params for o in p.opts if o.startswith("--"))
+        assert options == sorted(fast), action
+    resource, values = fastcoord.parse_lock_args(
+        "acquire", ["src/a.py", "--owner=me", "--ttl", "5", "--break-dead"]
+    )
+    assert (resource, values) == ("src/a.py", {"--owner": "me", "--ttl": "5", "--break-dead": True})
