@@ -21,6 +21,9 @@ SCRIPTS = [
     "hook_in_pane.py",
     "channel_overhead.py",
     "cron_run.py",
+    "lock_pairs.py",
+    "lock_cli.py",
+    "msg_latency.py",
 ]  # report_scale.py (1M and 10M events) takes many minutes: run it on its own
 
 
