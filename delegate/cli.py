@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from .cli_coord import register as register_coord
+from .cli_hosts import host_app
 from .errors import DelegateError, say
 from .services.state import State
 
@@ -336,6 +337,10 @@ def submit(
         Path | None,
         typer.Option("--from-file", help="Read these settings from a TOML file (flags win)."),
     ] = None,
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="Run it on this agent host (see `delegate host`)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> int:
     """Hand a task to an agent in a new tmux session and follow it.
@@ -362,11 +367,17 @@ def submit(
         idempotency_key=idempotency_key,
         max_running=max_running,
         on_event=on_event,
+        host=host,
     )
     text = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=sys.stdin)
     request = SubmitRequest.from_settings(settings, text)
     # cron, scripts and pipes get the job id at once; a person at a terminal sees it through
     waiting = sys.stdout.isatty() if settings["wait"] is None else bool(settings["wait"])
+    if settings["host"]:
+        from .services.submit import submit_remote
+
+        result = submit_remote(_state(), request, settings["host"], wait=waiting, emit=_print_json)
+        return _submitted(result, as_json)
     result = submit_job(_state(), request, wait=waiting, emit=_print_json)
     if result.queue_position is not None:
         print(
@@ -589,6 +600,7 @@ cron_app = typer.Typer(
 )
 app.add_typer(cron_app, name="cron")
 register_coord(app)
+app.add_typer(host_app, name="host")
 CrontabUserOpt = Annotated[
     str | None, typer.Option("--user", help="Edit this user's crontab (as root, like -u).")
 ]

@@ -146,6 +146,8 @@ class Job(NamedTuple):
     cost_usd: float | None = None
     tokens_in: int | None = None
     tokens_out: int | None = None
+    # The agent host it was assigned to (`submit --host NAME`); None: this machine's tmux.
+    host: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._asdict()

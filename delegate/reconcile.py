@@ -30,8 +30,16 @@ TMUX_GONE = "tmux_gone"
 WALL_TIMEOUT = "wall_timeout"
 IDLE_TIMEOUT = "idle_timeout"
 NEVER_LAUNCHED = "never_launched"
+HOST_LOST = "host_lost"
 # Errors a pass decides; a session whose job ended so is killed, never merely stopped.
-ENDED_BY_RECONCILE = (AGENT_EXITED, TMUX_GONE, WALL_TIMEOUT, IDLE_TIMEOUT, NEVER_LAUNCHED)
+ENDED_BY_RECONCILE = (
+    AGENT_EXITED,
+    TMUX_GONE,
+    WALL_TIMEOUT,
+    IDLE_TIMEOUT,
+    NEVER_LAUNCHED,
+    HOST_LOST,
+)
 
 
 # --- the concurrency cap -------------------------------------------------------------------
@@ -113,6 +121,8 @@ class Snapshot:
     events: Sequence[SeenEvent] = ()
     launchers_alive: frozenset[str] = frozenset()
     closed_sessions: Sequence[Session] = ()  # closed rows of sessions tmux still shows
+    # per agent host of an open job: (seconds since it was last heard, its lost_after)
+    hosts: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -382,6 +392,22 @@ def reconcile(snap: Snapshot, settings: Settings = Settings()) -> list[Action]:
         launched = row is not None and (row.pane_pid is not None or job_pane is not None)
         now = snap.now
 
+        if job.host is not None:
+            # on an agent host: its own monitor watches the pane; here, whether the host is
+            # still heard from, and the deadlines
+            heard = snap.hosts.get(job.host)
+            if heard is not None and heard[0] >= heard[1]:
+                evidence = {
+                    "host": job.host,
+                    "silent_s": round(heard[0], 1),
+                    "lost_after_s": heard[1],
+                }
+                fail(job, HOST_LOST, evidence, kill_row=None)
+                continue
+            reason = deadline_passed(job, snap.now) if job.status is JobState.RUNNING else None
+            if reason is not None:
+                fail(job, reason, _deadline_evidence(job, now), kill_row=None)
+            continue
         if job.session is None:
             # picked by an agent outside tmux: only the deadlines apply
             reason = deadline_passed(job, snap.now) if job.status is JobState.RUNNING else None

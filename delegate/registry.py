@@ -87,6 +87,9 @@ class Registry:
     def path_for(self, job_id: str) -> Path:
         return self.root / f"{validate_job_id(job_id)}.json"
 
+    def exists(self, job_id: str) -> bool:
+        return self.path_for(job_id).exists()
+
     @contextmanager
     def locked(self) -> Iterator[None]:
         with self._lock:
@@ -270,6 +273,9 @@ class Registry:
         bus: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
         launch: dict[str, Any] | None = None,
+        job_id: str | None = None,
+        token_for: Callable[[str], str] | None = None,
+        host: str | None = None,
     ) -> tuple[Job, bool]:
         """Create a pending job; return (job, created).
 
@@ -279,6 +285,9 @@ class Registry:
         """
         import secrets  # ~10 ms to import; only registering needs it
 
+        given = job_id  # an agent host registers the id its delegator chose
+        if given is not None:
+            validate_job_id(given)
         with self.locked():
             key_path = None
             job_id = None
@@ -292,6 +301,10 @@ class Registry:
                     job_id = None
                 except JobNotFound:
                     pass  # key written, record not: finish what a crashed call started
+            if job_id is None and given is not None:
+                if self.path_for(given).exists():
+                    return self._get_locked(given), False
+                job_id = given
             while job_id is None:
                 candidate = secrets.token_hex(4)
                 if not self.path_for(candidate).exists():
@@ -304,7 +317,8 @@ class Registry:
                 status=JobState.PENDING,
                 created_at=stamp,
                 updated_at=stamp,
-                auth_token=secrets.token_urlsafe(32),
+                # a remote job's token is derived from its host's key on both sides
+                auth_token=token_for(job_id) if token_for else secrets.token_urlsafe(32),
                 agent=agent,
                 command=command,
                 workdir=workdir,
@@ -314,6 +328,7 @@ class Registry:
                 bus=dict(bus or {}),
                 idempotency_key=idempotency_key,
                 launch=dict(launch or {}),
+                host=host,
             )
             self._set_open_marker(job_id, True)
             self._set_pending_marker(job_id, True)

@@ -89,6 +89,7 @@ class _Connection:
         on_connected: Any = None,
         on_message: Any = None,
         on_subscribe: Any = None,
+        will: tuple[str, bytes] | None = None,
     ) -> None:
         import threading
 
@@ -119,6 +120,8 @@ class _Connection:
             self.client.on_message = on_message
         if on_subscribe is not None:
             self.client.on_subscribe = on_subscribe
+        if will is not None:  # retained: whoever subscribes later learns it went away
+            self.client.will_set(will[0], will[1], qos=1, retain=True)
         try:
             self.client.connect(
                 settings.host,

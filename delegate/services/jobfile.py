@@ -10,7 +10,7 @@ from ..errors import ConfigError
 
 _PATHS = ("prompt_file", "workdir")
 _NUMBERS = ("wall_timeout", "idle_timeout")
-_TEXT = ("agent", "cmd", "prompt", "session", "bus", "idempotency_key", "on_event")
+_TEXT = ("agent", "cmd", "prompt", "session", "bus", "idempotency_key", "on_event", "host")
 
 
 def merge_job_file(path: Path | None, **flags: Any) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..errors import UsageError
 from ..model import Job, JobState
 from .state import State, strip_credentials
@@ -29,6 +31,9 @@ def register_job(
     idle_timeout_s: float | None = None,
     idempotency_key: str | None = None,
     bus_url: str | None = None,
+    job_id: str | None = None,
+    token_for: Callable[[str], str] | None = None,
+    host: str | None = None,
 ) -> tuple[Job, bool]:
     """Create a pending job (or return the one an idempotency key already made)."""
     if idempotency_key is not None and not idempotency_key.strip():
@@ -43,6 +48,9 @@ def register_job(
         idle_timeout_s=_timeout(idle_timeout_s, DEFAULT_IDLE_TIMEOUT_S, "--idle-timeout"),
         bus={"url": url},
         idempotency_key=idempotency_key,
+        job_id=job_id,
+        token_for=token_for,
+        host=host,
     )
 
 

@@ -27,6 +27,7 @@ class Row(NamedTuple):
     age_s: float
     last_event: str
     queue_position: int | None = None
+    host: str | None = None  # the agent host it runs on; None: this machine
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()
@@ -119,7 +120,9 @@ def rows(
         pane = panes.get((socket, job.session or ""))
         if pane is not None and pane.job_id and pane.job_id != job.job_id:
             pane = None  # the name hosts a later job now
-        if job.session is None or (session is not None and session.job_id != job.job_id):
+        if job.host is not None:
+            live = f"on {job.host}"  # its pane is on the agent host, asked by that host
+        elif job.session is None or (session is not None and session.job_id != job.job_id):
             live = "-"
         elif view is None and session is not None:
             live = "gone"  # terminated by the books; tmux was not asked
@@ -149,6 +152,7 @@ def rows(
                 round(_age_s(job, now), 1),
                 last_event(state, job.job_id),
                 queue_position,
+                job.host,
             )
         )
     return Listing(out, note)

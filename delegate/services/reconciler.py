@@ -173,7 +173,14 @@ class Reconciler:
             for j in jobs.values()
             if j.status is JobState.PENDING and j.launch and launcher_alive(j.launcher)
         )
+        remote = [j for j in jobs.values() if j.host and not j.status.terminal]
+        hosts = {}
+        if remote:
+            from .hosts import host_ages
+
+            hosts = host_ages(self.state, remote, int(self.now().timestamp() * 1000))
         snap = Snapshot(
+            hosts=hosts,
             jobs=list(jobs.values()),
             views=views,
             sessions=rows,

@@ -54,6 +54,9 @@ class SubmitRequest(NamedTuple):
     on_event: str | None = None
     # `session resume`: continue this conversation with the profile's `resume` command
     conversation_id: str | None = None
+    # an agent host launching an assignment: the delegator's job id, the token from the host key
+    job_id: str | None = None
+    token_for: Callable[[str], str] | None = None
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], prompt: bytes) -> SubmitRequest:
@@ -185,6 +188,8 @@ def submit(
         idle_timeout_s=request.idle_timeout_s,
         idempotency_key=request.idempotency_key,
         bus_url=request.bus_url,
+        job_id=request.job_id,
+        token_for=request.token_for,
     )
     if not created:  # the same idempotency key: never launch twice
         return _follow_existing(state, job, wait=wait, emit=emit)
@@ -198,6 +203,71 @@ def submit(
         state.registry.finish_if_open(job.job_id, JobState.ERROR, reason=reason)
         raise
     return _start(state, job, wait=wait, emit=emit, tmux=tmux)
+
+
+def submit_remote(
+    state: State,
+    request: SubmitRequest,
+    host: str,
+    *,
+    wait: bool,
+    emit: Callable[[dict[str, Any]], None] = lambda envelope: None,
+) -> SubmitResult:
+    """`submit --host NAME`: register here (the single source of truth) with the token derived
+    from the host key, start following the job, then publish its signed assignment. The host
+    resolves the profile and launches it in its own tmux."""
+    from .. import hostproto
+    from .hosts import HostBook, assign, mqtt_settings
+
+    if request.agent is None and request.cmd is None:
+        raise UsageError("give --agent NAME or --cmd COMMAND")
+    if len(request.prompt) > hostproto.MAX_ASSIGNMENT:
+        raise UsageError(
+            f"the prompt is {len(request.prompt)} bytes, over the {hostproto.MAX_ASSIGNMENT}"
+            " bytes an assignment may carry"
+        )
+    if request.max_running is not None or request.on_event is not None:
+        raise UsageError("--max-running and --on-event are not available with --host yet")
+    if request.session is not None:
+        validate_session_name(request.session)
+    key = HostBook(state).key(host)
+    mqtt_settings(state, request.bus_url)  # a broker is how the host is reached
+    job, created = register_job(
+        state,
+        agent=request.agent,
+        command=request.cmd,
+        workdir=str(request.workdir) if request.workdir else None,
+        session=None,
+        wall_timeout_s=request.wall_timeout_s,
+        idle_timeout_s=request.idle_timeout_s,
+        idempotency_key=request.idempotency_key,
+        bus_url=request.bus_url,
+        token_for=lambda job_id: hostproto.job_token(key, job_id),
+        host=host,
+    )
+    if not created:
+        return _follow_existing(state, job, wait=wait, emit=emit)
+    watcher: Watcher | None = None
+    try:
+        if wait:
+            watcher = Watcher(state, job.job_id, emit=emit, supervise=True, actor="submit")
+        else:
+            start_detached_supervisor(state, job.job_id)
+        assign(state, job, request.prompt, request)
+    except BaseException as exc:
+        if watcher is not None:
+            watcher.close()
+        reason = f"assign_failed: {exc}" if isinstance(exc, DelegateError) else "assign_failed"
+        state.registry.finish_if_open(job.job_id, JobState.ERROR, reason=reason)
+        raise
+    if watcher is None:
+        return SubmitResult(state.registry.get(job.job_id), True, None)
+    try:
+        outcome = watcher.run()
+    except KeyboardInterrupt:
+        start_detached_supervisor(state, job.job_id)
+        raise
+    return SubmitResult(state.registry.get(job.job_id), True, outcome)
 
 
 def _admit(
@@ -327,6 +397,14 @@ def cancel(state: State, job_id: str, *, tmux: Tmux | None = None) -> CancelResu
     job is still cancelled, but the session is not claimed terminated: the note says so.
     """
     job = state.registry.cancel(job_id)
+    if job.host:  # on an agent host: that host kills the agent and its process tree
+        from .hosts import cancel_remote
+
+        try:
+            cancel_remote(state, job)
+        except DelegateError as exc:
+            return CancelResult(job, f"host {job.host} was not told: {exc}")
+        return CancelResult(job)
     if not job.session:
         return CancelResult(job)
     sessions = inventory(state)

@@ -105,10 +105,23 @@ class Watcher:
         # Subscribing here, in the constructor, is what lets a caller start the agent only
         # once the subscriber is listening.
         self.subscription: Subscription = self.bus.subscribe(job_id)
+        # A job on an agent host: whether that host is still heard from decides `host_lost`.
+        self._presence: Any = None
+        if supervise and self.job.host and not self.job.status.terminal:
+            from .hosts import PresenceWatch, mqtt_settings
+
+            try:
+                self._presence = PresenceWatch(state, mqtt_settings(state, self.job.bus.get("url")))
+            except BaseException:
+                self.close()
+                raise
 
     def close(self) -> None:
         self.subscription.close()
         self.bus.close()
+        if getattr(self, "_presence", None) is not None:
+            self._presence.close()
+            self._presence = None
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None

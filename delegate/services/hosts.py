@@ -1,0 +1,477 @@
+"""Agent hosts over the broker (DESIGN 13): the delegator's host book, remote submit and cancel,
+presence, and `delegate host serve`, which runs on the machine that hosts the agents.
+
+The delegator's registry stays the single source of truth: a remote job is registered there
+first, with a token derived from the host key, then assigned. The host registers the same job
+id with the same derived token in its own state dir and launches it exactly as a local submit
+(profiles, environment policy, wrapper, tmux, audit), so the job's events flow back on the
+usual topic, signed with a token that never travelled.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import hostproto
+from .._logging import get_logger
+from ..audit import _now_iso
+from ..errors import DelegateError, UsageError
+from ..fsio import append_line, atomic_write, ensure_private_dir
+from ..model import Job, JobState
+from .state import State
+
+log = get_logger(__name__)
+
+
+class HostError(DelegateError):
+    exit_code = 69
+
+
+# --- the delegator's book of hosts --------------------------------------------------------
+
+
+class HostBook:
+    """`hosts/` in the state dir: `<name>.key` (0600), `<name>.json` (settings) and
+    `<name>.seen` (the last presence heard from it)."""
+
+    def __init__(self, state: State) -> None:
+        self.dir = state.layout.home / "hosts"
+
+    def add(self, name: str, *, lost_after_s: float) -> str:
+        hostproto.check_host_name(name)
+        if lost_after_s <= 0:
+            raise UsageError("--lost-after is a number of seconds above 0")
+        ensure_private_dir(self.dir)
+        if (self.dir / f"{name}.key").exists():
+            raise UsageError(f"host {name} exists; its key was printed when it was added")
+        key = os.urandom(hostproto.KEY_BYTES).hex()
+        atomic_write(self.dir / f"{name}.key", key.encode() + b"\n")  # 0600
+        settings = {"name": name, "lost_after_s": lost_after_s, "added_at": _now_iso()}
+        atomic_write(self.dir / f"{name}.json", json.dumps(settings).encode())
+        return key
+
+    def names(self) -> list[str]:
+        if not self.dir.is_dir():
+            return []
+        return sorted(p.stem for p in self.dir.glob("*.key"))
+
+    def key(self, name: str) -> bytes:
+        hostproto.check_host_name(name)
+        try:
+            return hostproto.parse_key((self.dir / f"{name}.key").read_text())
+        except FileNotFoundError:
+            raise UsageError(f"no host {name}; add it with `delegate host add {name}`") from None
+
+    def settings(self, name: str) -> dict[str, Any]:
+        try:
+            loaded = json.loads((self.dir / f"{name}.json").read_text())
+        except (FileNotFoundError, ValueError):
+            loaded = {}
+        loaded.setdefault("lost_after_s", hostproto.DEFAULT_LOST_AFTER_S)
+        return loaded  # type: ignore[no-any-return]
+
+    def presence(self, name: str) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.dir / f"{name}.seen").read_text())  # type: ignore[no-any-return]
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def record_presence(self, name: str, message: dict[str, Any], *, heard_ms: int) -> None:
+        """Keep what a host said of itself: online or not, and when it was last heard."""
+        if not (self.dir / f"{name}.key").exists():
+            return  # not a host of ours
+        before = self.presence(name) or {}
+        online = bool(message.get("online"))
+        seen = heard_ms if online else before.get("last_seen_ms")
+        record = {
+            "online": online,
+            "last_seen_ms": max(filter(None, (seen, before.get("last_seen_ms"))), default=None),
+            "running_jobs": message.get("running_jobs"),
+        }
+        atomic_write(self.dir / f"{name}.seen", json.dumps(record).encode())
+
+
+def mqtt_settings(state: State, bus_url: str | None = None) -> Any:
+    from ..bus.mqtt_wire import settings_from
+
+    url = state.default_bus_url(bus_url)
+    if not url.startswith(("mqtt://", "mqtts://")):
+        raise UsageError(f"agent hosts are reached through an MQTT broker; this bus is {url}")
+    return settings_from(url, state.env)
+
+
+def _publish(settings: Any, topic: str, payload: bytes, *, retain: bool = False) -> None:
+    from ..bus.mqtt_wire import SyncPublisher
+
+    publisher = SyncPublisher(settings, f"delegate-pub-{uuid.uuid4().hex[:12]}")
+    try:
+        publisher.publish(topic, payload, retain=retain)
+    finally:
+        publisher.close()
+
+
+class PresenceWatch:
+    """Follows every host's retained presence on the broker into the host book, from paho's
+    network thread. A retained message counts from the time the host stamped on it; a live one
+    from when it arrived."""
+
+    def __init__(self, state: State, settings: Any) -> None:
+        from ..bus.mqtt import DURABLE_SESSION_S, _Connection
+
+        self.book = HostBook(state)
+        self.heard = threading.Event()
+        prefix = settings.prefix
+        wanted = hostproto.topic(prefix, "+", "presence")
+
+        def on_connected(client: Any) -> None:
+            client.subscribe(wanted, qos=1)
+
+        def on_message(client: Any, userdata: Any, message: Any) -> None:
+            parts = message.topic.split("/")
+            try:
+                body = json.loads(message.payload)
+                stamped = int(body.get("ts_ms") or 0)
+                heard = stamped if message.retain and stamped else int(time.time() * 1000)
+                self.book.record_presence(parts[-2], body, heard_ms=heard)
+            except (ValueError, AttributeError, OSError) as exc:
+                log.warning("presence on %s not understood: %s", message.topic, exc)
+            finally:
+                client.ack(message.mid, message.qos)
+            self.heard.set()
+
+        self.connection = _Connection(
+            settings,
+            f"delegate-presence-{uuid.uuid4().hex[:12]}",
+            clean_start=True,
+            expiry_s=min(DURABLE_SESSION_S, 60),
+            on_connected=on_connected,
+            on_message=on_message,
+        )
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def host_rows(state: State, *, listen_s: float = 1.0) -> list[dict[str, Any]]:
+    """Each host: when it was last heard, whether it is online, how many of its jobs run."""
+    book = HostBook(state)
+    names = book.names()
+    if names:
+        try:
+            watch = PresenceWatch(state, mqtt_settings(state))
+        except DelegateError as exc:
+            log.warning("presence not refreshed: %s", exc)
+        else:
+            watch.heard.wait(listen_s)  # retained presences arrive right after subscribing
+            time.sleep(0.1)
+            watch.close()
+    running: dict[str, int] = {}
+    for job in state.registry.open_jobs():
+        if job.host:
+            running[job.host] = running.get(job.host, 0) + 1
+    rows = []
+    for name in names:
+        seen = book.presence(name) or {}
+        settings = book.settings(name)
+        last = seen.get("last_seen_ms")
+        rows.append(
+            {
+                "name": name,
+                "last_seen": _iso_ms(last) if last else None,
+                "online": bool(seen.get("online")),
+                "running_jobs": running.get(name, 0),
+                "lost_after_s": settings["lost_after_s"],
+            }
+        )
+    return rows
+
+
+def _iso_ms(ms: int) -> str:
+    from ..coord.leases import iso_ms
+
+    return iso_ms(ms)
+
+
+def host_ages(state: State, jobs: list[Job], now_ms: int) -> dict[str, tuple[float, float]]:
+    """For each host of `jobs`: seconds since it was last heard (since the oldest of its jobs
+    was registered, if never) and its `lost_after`, for the reconcile policy."""
+    from ..registry import parse_timestamp
+
+    book = HostBook(state)
+    ages: dict[str, tuple[float, float]] = {}
+    for job in jobs:
+        if not job.host or job.status.terminal:
+            continue
+        seen = (book.presence(job.host) or {}).get("last_seen_ms")
+        since = seen or int(parse_timestamp(job.created_at).timestamp() * 1000)
+        age = max(0.0, (now_ms - since) / 1000)
+        lost_after = float(book.settings(job.host)["lost_after_s"])
+        previous = ages.get(job.host)
+        ages[job.host] = (age if previous is None else min(age, previous[0]), lost_after)
+    return ages
+
+
+# --- remote submit and cancel -------------------------------------------------------------
+
+
+def assignment_for(job: Job, prompt: bytes, request: Any) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id,
+        "agent": request.agent,
+        "cmd": request.cmd,
+        "prompt_b64": base64.b64encode(prompt).decode(),
+        "workdir": str(request.workdir) if request.workdir else None,
+        "session": request.session,
+        "wall_timeout_s": job.wall_timeout_s,
+        "idle_timeout_s": job.idle_timeout_s,
+    }
+
+
+def assign(state: State, job: Job, prompt: bytes, request: Any) -> str:
+    """Publish the job's signed assignment to its host; returns the request id."""
+    assert job.host is not None
+    key = HostBook(state).key(job.host)
+    settings = mqtt_settings(state, job.bus.get("url"))
+    request_id = uuid.uuid4().hex
+    payload = hostproto.sign(
+        key,
+        hostproto.assignment(
+            host=job.host,
+            request_id=request_id,
+            issued_ms=int(time.time() * 1000),
+            job=assignment_for(job, prompt, request),
+        ),
+    )
+    if len(payload) > hostproto.MAX_ASSIGNMENT:
+        raise UsageError(
+            f"the assignment is {len(payload)} bytes, over the {hostproto.MAX_ASSIGNMENT} limit;"
+            " put a large prompt in a file on the host"
+        )
+    _publish(settings, hostproto.topic(settings.prefix, job.host, "assign"), payload)
+    state.audit.append(job.job_id, "assigned", host=job.host, request_id=request_id)
+    return request_id
+
+
+def cancel_remote(state: State, job: Job) -> None:
+    """Ask the job's host to cancel it (the delegator's record is already cancelled)."""
+    assert job.host is not None
+    key = HostBook(state).key(job.host)
+    settings = mqtt_settings(state, job.bus.get("url"))
+    request_id = uuid.uuid4().hex
+    payload = hostproto.sign(
+        key,
+        hostproto.cancel_request(
+            host=job.host,
+            request_id=request_id,
+            issued_ms=int(time.time() * 1000),
+            job_id=job.job_id,
+        ),
+    )
+    _publish(settings, hostproto.topic(settings.prefix, job.host, "cancel"), payload)
+    state.audit.append(job.job_id, "cancel_requested", host=job.host, request_id=request_id)
+
+
+# --- the agent host -----------------------------------------------------------------------
+
+
+class HostServer:
+    """`delegate host serve`: one persistent MQTT session receiving this host's assignments
+    and cancels, a retained presence with a last will, and a reconcile pass for its own jobs."""
+
+    def __init__(
+        self,
+        state: State,
+        name: str,
+        key: bytes,
+        *,
+        workdir: Path,
+        presence_every_s: float = hostproto.PRESENCE_EVERY_S,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.state = state
+        self.name = hostproto.check_host_name(name)
+        self.key = key
+        self.workdir = workdir
+        self.presence_every_s = presence_every_s
+        self.now_ms = now_ms
+        self.settings = mqtt_settings(state)
+        self.audit_path = state.layout.logs / f"host-{name}.ndjson"
+        self.seen_path = state.layout.home / f"host-{name}.requests"
+        self.inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
+        self.stopping = threading.Event()
+        self.connection: Any = None
+
+    # audit and replay memory
+
+    def audit(self, kind: str, **fields: Any) -> None:
+        ensure_private_dir(self.audit_path.parent)
+        line = json.dumps({"ts": _now_iso(), "kind": kind, "host": self.name, **fields})
+        append_line(self.audit_path, line.encode() + b"\n")
+
+    def seen_requests(self) -> set[str]:
+        try:
+            return set(self.seen_path.read_text().split())
+        except FileNotFoundError:
+            return set()
+
+    def remember(self, request_id: str) -> None:
+        append_line(self.seen_path, request_id.encode() + b"\n")
+
+    # the broker side
+
+    def connect(self) -> None:
+        from ..bus.mqtt import DURABLE_SESSION_S, _Connection
+
+        prefix = self.settings.prefix
+        wanted = [hostproto.topic(prefix, self.name, w) for w in ("assign", "cancel")]
+
+        def on_connected(client: Any) -> None:
+            for topic in wanted:
+                client.subscribe(topic, qos=1)
+            self._publish_presence(client, online=True)
+
+        def on_message(client: Any, userdata: Any, message: Any) -> None:
+            self.inbox.put((message.topic.rsplit("/", 1)[-1], bytes(message.payload)))
+            client.ack(message.mid, message.qos)
+
+        will = json.dumps({"online": False, "host": self.name}).encode()
+        self.connection = _Connection(
+            self.settings,
+            f"delegate-host-{self.name}",
+            clean_start=False,  # assignments sent while this host was away wait for it
+            expiry_s=DURABLE_SESSION_S,
+            on_connected=on_connected,
+            on_message=on_message,
+            will=(hostproto.topic(prefix, self.name, "presence"), will),
+        )
+
+    def _running(self) -> int:
+        return sum(1 for j in self.state.registry.open_jobs() if j.status is JobState.RUNNING)
+
+    def _publish_presence(self, client: Any, *, online: bool) -> None:
+        body = {"online": online, "host": self.name, "ts_ms": self.now_ms()}
+        if online:
+            body["running_jobs"] = self._running()
+        client.publish(
+            hostproto.topic(self.settings.prefix, self.name, "presence"),
+            json.dumps(body).encode(),
+            qos=1,
+            retain=True,
+        )
+
+    # handling requests
+
+    def handle(self, kind: str, payload: bytes) -> None:
+        try:
+            message = hostproto.verify(
+                self.key,
+                payload,
+                host=self.name,
+                kind=kind,
+                now_ms=self.now_ms(),
+                seen=self.seen_requests(),
+            )
+        except hostproto.Refused as refusal:
+            self.audit(
+                "refused",
+                request=kind,
+                reason=refusal.reason,
+                detail=refusal.detail,
+                size=len(payload),
+            )
+            log.warning("host %s refused a %s request: %s", self.name, kind, refusal.detail)
+            return
+        self.remember(str(message["request_id"]))
+        if kind == "assign":
+            self._launch(message)
+        else:
+            self._cancel(message)
+
+    def _launch(self, message: dict[str, Any]) -> None:
+        from .submit import SubmitRequest, submit
+
+        job = message.get("job") or {}
+        job_id = str(job.get("job_id", ""))
+        try:
+            if self.state.registry.exists(job_id):
+                raise UsageError(f"job {job_id} was already assigned here")
+            prompt = base64.b64decode(str(job.get("prompt_b64", "")), validate=True)
+            workdir = Path(job["workdir"]) if job.get("workdir") else self.workdir
+            request = SubmitRequest(
+                prompt=prompt,
+                agent=job.get("agent"),
+                cmd=job.get("cmd"),
+                workdir=workdir,
+                session=job.get("session"),
+                wall_timeout_s=job.get("wall_timeout_s"),
+                idle_timeout_s=job.get("idle_timeout_s"),
+                job_id=job_id,
+                token_for=lambda jid: hostproto.job_token(self.key, jid),
+            )
+            submit(self.state, request, wait=False)
+        except (DelegateError, ValueError, KeyError, TypeError) as exc:
+            self.audit(
+                "refused",
+                request="assign",
+                reason="launch_failed",
+                job_id=job_id,
+                request_id=message["request_id"],
+                detail=str(exc),
+            )
+            log.warning("host %s could not launch job %s: %s", self.name, job_id, exc)
+            return
+        self.audit("assigned", job_id=job_id, request_id=message["request_id"])
+
+    def _cancel(self, message: dict[str, Any]) -> None:
+        from .submit import cancel
+
+        job_id = str(message.get("job_id", ""))
+        try:
+            cancel(self.state, job_id)
+        except DelegateError as exc:
+            self.audit(
+                "cancel_failed", job_id=job_id, request_id=message["request_id"], detail=str(exc)
+            )
+            return
+        self.audit("cancelled", job_id=job_id, request_id=message["request_id"])
+
+    # the loop
+
+    def serve(self) -> None:
+        from .reconciler import Reconciler
+
+        self.connect()
+        self.audit("serving", workdir=str(self.workdir))
+        reconciler = Reconciler(self.state, actor=f"host:{self.name}")
+        next_beat = time.monotonic() + self.presence_every_s
+        try:
+            while not self.stopping.is_set():
+                try:
+                    kind, payload = self.inbox.get(timeout=0.5)
+                except queue.Empty:
+                    pass
+                else:
+                    self.handle(kind, payload)
+                    continue
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + self.presence_every_s
+                    self._publish_presence(self.connection.client, online=True)
+                    try:
+                        reconciler.run_pass()  # this host's own monitor
+                    except DelegateError as exc:
+                        log.warning("reconcile pass failed: %s", exc)
+        finally:
+            self._publish_presence(self.connection.client, online=False)
+            self.connection.close()
+
+    def stop(self) -> None:
+        self.stopping.set()

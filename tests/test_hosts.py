@@ -1,0 +1,326 @@
+"""Agent hosts over a real Mosquitto broker: a delegator and an agent host with state dirs of
+their own (the agent host with its own tmux server), `submit --host`, forged and replayed
+assignments, remote cancel, a host that dies, and what travels on the wire."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from delegate import hostproto
+from delegate.model import JobState
+from delegate.services.state import State
+
+from .helpers import assert_one_line_error, cli_env, delegate_cmd, json_lines, retry_until, run_cli
+from .tmux_fixtures import kill_processes_of
+
+
+class Wiretap:
+    """Everything published under the prefix, as a subscriber to `delegate/#` receives it."""
+
+    def __init__(self, port: int) -> None:
+        import paho.mqtt.client as mqtt
+        from paho.mqtt.enums import CallbackAPIVersion
+
+        self.payloads: list[tuple[str, bytes]] = []
+        self.client = mqtt.Client(
+            CallbackAPIVersion.VERSION2, client_id=f"tap-{uuid.uuid4().hex[:8]}"
+        )
+        self.client.on_message = lambda c, u, m: self.payloads.append((m.topic, bytes(m.payload)))
+        self.client.on_connect = lambda c, u, f, r, p: c.subscribe("delegate/#", qos=1)
+        self.client.connect("127.0.0.1", port)
+        self.client.loop_start()
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+class Sides:
+    def __init__(
+        self,
+        home: Path,
+        host_home: Path,
+        env: dict[str, str],
+        host_env: dict[str, str],
+        key: str,
+        key_file: Path,
+    ) -> None:
+        self.home, self.host_home = home, host_home
+        self.env, self.host_env = env, host_env
+        self.key, self.key_file = key, key_file
+        self.server: subprocess.Popen[bytes] | None = None
+
+    def serve(self, workdir: Path) -> None:
+        self.server = subprocess.Popen(
+            delegate_cmd(
+                "host",
+                "serve",
+                "--name",
+                "h1",
+                "--key-file",
+                str(self.key_file),
+                "--workdir",
+                str(workdir),
+                "--presence-every",
+                "1",
+            ),
+            env=self.host_env,
+            stdin=subprocess.DEVNULL,
+        )
+        retry_until(lambda: (self.host_home / "logs" / "host-h1.ndjson").exists(), timeout=30)
+
+    def host_state(self) -> State:
+        return State.open(env={"DELEGATE_HOME": str(self.host_home)})
+
+    def host_audit(self) -> list[dict[str, Any]]:
+        path = self.host_home / "logs" / "host-h1.ndjson"
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture
+def sides(broker, home: Path, tmux_env, tmp_path: Path) -> Iterator[Sides]:
+    host_home = tmp_path / "agent-host"
+    env = cli_env(home, {"DELEGATE_BUS": broker.url})
+    host_env = cli_env(host_home, {**tmux_env, "DELEGATE_BUS": broker.url})
+    added = run_cli(
+        home, "host", "add", "h1", "--lost-after", "4", env={"DELEGATE_BUS": broker.url}
+    )
+    assert added.returncode == 0, added.stderr
+    key = added.stdout.strip()
+    key_file = tmp_path / "h1.key"
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    made = Sides(home, host_home, env, host_env, key, key_file)
+    yield made
+    if made.server is not None and made.server.poll() is None:
+        made.server.send_signal(signal.SIGTERM)
+        try:
+            made.server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            made.server.kill()
+    kill_processes_of(host_home)
+    kill_processes_of(home)
+
+
+def test_submit_host_runs_there_waits_here_and_the_token_never_travels(
+    sides: Sides, broker, tmp_path: Path
+):
+    work = tmp_path / "work"
+    work.mkdir()
+    tap = Wiretap(broker.port)
+    sides.serve(work)
+    listed = json_lines(run_cli(sides.home, "host", "list", "--json", env=sides.env).stdout)
+    assert [(r["name"], r["online"]) for r in listed] == [("h1", True)]
+    assert "key" not in json.dumps(listed)
+    result = subprocess.run(
+        delegate_cmd(
+            "submit",
+            "--host",
+            "h1",
+            "--agent",
+            "shell",
+            "--wait",
+            "--prompt",
+            'delegate publish --event progress --detail "on the host"; echo ran > out.txt',
+        ),
+        env=sides.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    events = json_lines(result.stdout)
+    assert [e["event"] for e in events] == ["started", "progress", "completed"]
+    job_id = events[0]["job_id"]
+    assert (work / "out.txt").read_text() == "ran\n"  # ran on the host, in its folder
+    here = State.open(env={"DELEGATE_HOME": str(sides.home)})
+    there = sides.host_state()
+    assert here.registry.get(job_id).status is JobState.COMPLETED
+    assert here.registry.get(job_id).host == "h1"
+    retry_until(lambda: there.registry.get(job_id).status is JobState.COMPLETED, timeout=30)
+    received = [e["event"] for e in here.audit.read_events(job_id, "received")]
+    published = [e["event"] for e in there.audit.read_events(job_id, "published")]
+    assert received == published == ["started", "progress", "completed"]
+    assert any(a["kind"] == "assigned" and a["job_id"] == job_id for a in sides.host_audit())
+    token = here.registry.get(job_id).auth_token
+    assert token == there.registry.get(job_id).auth_token  # derived on both sides
+    time.sleep(0.3)
+    tap.close()
+    topics = {t for t, _ in tap.payloads}
+    assert "delegate/hosts/h1/assign" in topics and f"delegate/jobs/{job_id}/events" in topics
+    assert not any(token.encode() in p or sides.key.encode() in p for _, p in tap.payloads)
+    ps = json_lines(run_cli(sides.home, "ps", "--json", env=sides.env).stdout)
+    assert [r.get("host") for r in ps if r["job_id"] == job_id] == ["h1"]
+
+
+def _publish(port: int, topic: str, payload: bytes) -> None:
+    import paho.mqtt.publish as publish
+
+    publish.single(topic, payload, qos=1, hostname="127.0.0.1", port=port)
+
+
+def test_forged_and_replayed_assignments_are_refused_and_audited(
+    sides: Sides, broker, tmp_path: Path
+):
+    work = tmp_path / "work"
+    work.mkdir()
+    sides.serve(work)
+    job = {
+        "job_id": "0badf00d",
+        "agent": "shell",
+        "cmd": None,
+        "prompt_b64": "ZWNobyBwd25lZCA+IHB3bmVkLnR4dAo=",  # echo pwned > pwned.txt
+        "workdir": str(work),
+        "session": None,
+        "wall_timeout_s": None,
+        "idle_timeout_s": 60,
+    }
+    now = int(time.time() * 1000)
+    forged = hostproto.sign(
+        os.urandom(32),
+        hostproto.assignment(host="h1", request_id="r-forged", issued_ms=now, job=job),
+    )
+    _publish(broker.port, "delegate/hosts/h1/assign", forged)
+    good = hostproto.sign(
+        bytes.fromhex(sides.key),
+        hostproto.assignment(host="h1", request_id="r-good", issued_ms=now, job=job),
+    )
+    stale = hostproto.sign(
+        bytes.fromhex(sides.key),
+        hostproto.assignment(host="h1", request_id="r-old", issued_ms=now - 3_600_000, job=job),
+    )
+    _publish(broker.port, "delegate/hosts/h1/assign", stale)
+    _publish(broker.port, "delegate/hosts/h1/assign", good)
+    there = sides.host_state()
+    retry_until(lambda: there.registry.exists("0badf00d"), timeout=30)
+    _publish(broker.port, "delegate/hosts/h1/assign", good)  # the same message again
+    retry_until(
+        lambda: (
+            [a.get("reason") for a in sides.host_audit() if a["kind"] == "refused"]
+            == ["bad_signature", "stale", "replayed"]
+        ),
+        timeout=30,
+    )
+    assert len(there.registry.list()) == 1  # only the genuine one exists
+    retry_until(lambda: (work / "pwned.txt").exists(), timeout=30)  # and it ran, once
+
+
+def test_cancel_of_a_remote_job_kills_its_tree_on_the_host(sides: Sides, tmp_path: Path):
+    work = tmp_path / "work"
+    work.mkdir()
+    sides.serve(work)
+    submitted = subprocess.run(
+        delegate_cmd(
+            "submit",
+            "--host",
+            "h1",
+            "--agent",
+            "shell",
+            "--no-wait",
+            "--prompt",
+            "sleep 300 & echo $! > child.pid; sleep 300",
+        ),
+        env=sides.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    there = sides.host_state()
+    retry_until(
+        lambda: (
+            there.registry.exists(job_id)
+            and there.registry.get(job_id).status is JobState.RUNNING
+            and (work / "child.pid").exists()
+        ),
+        timeout=60,
+    )
+    child = int((work / "child.pid").read_text())
+    cancelled = run_cli(sides.home, "cancel", job_id, env=sides.env)
+    assert cancelled.returncode == 0, cancelled.stderr
+    retry_until(lambda: there.registry.get(job_id).status is JobState.CANCELLED, timeout=30)
+
+    def gone(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    retry_until(lambda: gone(child), timeout=30)
+    here = State.open(env={"DELEGATE_HOME": str(sides.home)})
+    assert here.registry.get(job_id).status is JobState.CANCELLED
+
+
+def test_a_host_that_dies_fails_its_jobs_host_lost(sides: Sides, tmp_path: Path):
+    work = tmp_path / "work"
+    work.mkdir()
+    sides.serve(work)
+    submitted = subprocess.run(
+        delegate_cmd(
+            "submit", "--host", "h1", "--agent", "shell", "--no-wait", "--prompt", "sleep 300"
+        ),
+        env=sides.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    job_id = submitted.stdout.strip()
+    here = State.open(env={"DELEGATE_HOME": str(sides.home)})
+    retry_until(lambda: here.registry.get(job_id).status is JobState.RUNNING, timeout=60)
+    # the machine goes away: its host service and everything it started, at once
+    assert sides.server is not None
+    sides.server.send_signal(signal.SIGKILL)
+    sides.server.wait(timeout=10)
+    kill_processes_of(sides.host_home)
+    ended = retry_until(
+        lambda: (job := here.registry.get(job_id)).status.terminal and job, timeout=60
+    )
+    assert ended.status is JobState.ERROR and ended.error == "host_lost"
+    evidence = [e for e in here.audit.read_events(job_id, "reconciled")]
+    assert evidence and evidence[0]["evidence"]["host"] == "h1"
+
+
+def test_host_commands_refuse_bad_input(sides: Sides, tmp_path: Path):
+    for args in (
+        ["host", "add", "bad name"],
+        ["host", "add", "h1"],  # exists
+        ["submit", "--host", "nowhere", "--agent", "shell", "--prompt", "x"],
+        ["host", "serve", "--name", "h1", "--key-file", str(tmp_path / "missing")],
+    ):
+        result = run_cli(sides.home, *args, env={"DELEGATE_BUS": sides.env["DELEGATE_BUS"]})
+        assert result.returncode != 0, args
+        assert_one_line_error(result)
+    loose = tmp_path / "loose.key"
+    loose.write_text(sides.key)
+    loose.chmod(0o644)
+    refused = run_cli(sides.home, "host", "serve", "--name", "h1", "--key-file", str(loose))
+    assert refused.returncode == 64 and "chmod 600" in refused.stderr
+    prompt = tmp_path / "big.txt"
+    prompt.write_text("x" * (hostproto.MAX_ASSIGNMENT + 1))
+    big = run_cli(
+        sides.home,
+        "submit",
+        "--host",
+        "h1",
+        "--agent",
+        "shell",
+        "--prompt-file",
+        str(prompt),
+        env={"DELEGATE_BUS": sides.env["DELEGATE_BUS"]},
+    )
+    assert big.returncode == 64 and "over the" in big.stderr
+    assert_one_line_error(big)
+    sqlite = run_cli(sides.home, "submit", "--host", "h1", "--agent", "shell", "--prompt", "x")
+    assert sqlite.returncode == 64 and "MQTT broker" in sqlite.stderr
