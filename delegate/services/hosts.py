@@ -285,7 +285,14 @@ def cancel_remote(state: State, job: Job) -> None:
 
 class HostServer:
     """`delegate host serve`: one persistent MQTT session receiving this host's assignments
-    and cancels, a retained presence with a last will, and a reconcile pass for its own jobs."""
+    and cancels, a retained presence with a last will, and a reconcile pass for its own jobs.
+
+    Assigned jobs run on this host's own SQLite bus, exactly as a local submit; a relay thread
+    forwards their events to the broker, each acknowledged locally only once the broker took
+    it. So a link that drops mid-job loses nothing: the wrapper keeps publishing locally and the
+    relay catches up when the broker is back (the delegator drops nothing twice: seqs). It also
+    means the host needs no right to read job events on the broker, only to write them.
+    """
 
     def __init__(
         self,
@@ -306,6 +313,7 @@ class HostServer:
         self.settings = mqtt_settings(state)
         self.audit_path = state.layout.logs / f"host-{name}.ndjson"
         self.seen_path = state.layout.home / f"host-{name}.requests"
+        self.jobs_path = state.layout.home / f"host-{name}.jobs"  # jobs assigned here
         self.inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
         self.stopping = threading.Event()
         self.connection: Any = None
@@ -325,6 +333,12 @@ class HostServer:
 
     def remember(self, request_id: str) -> None:
         append_line(self.seen_path, request_id.encode() + b"\n")
+
+    def assigned_jobs(self) -> set[str]:
+        try:
+            return set(self.jobs_path.read_text().split())
+        except FileNotFoundError:
+            return set()
 
     # the broker side
 
@@ -406,7 +420,9 @@ class HostServer:
                 raise UsageError(f"job {job_id} was already assigned here")
             prompt = base64.b64decode(str(job.get("prompt_b64", "")), validate=True)
             workdir = Path(job["workdir"]) if job.get("workdir") else self.workdir
+            append_line(self.jobs_path, job_id.encode() + b"\n")  # before it can say anything
             request = SubmitRequest(
+                bus_url=self.state.layout.default_bus_url(),  # this host's own bus; relayed
                 prompt=prompt,
                 agent=job.get("agent"),
                 cmd=job.get("cmd"),
@@ -446,10 +462,63 @@ class HostServer:
 
     # the loop
 
+    def relay(self) -> None:
+        """Forward the events of jobs assigned here from the local bus to the broker, in order,
+        each acknowledged locally once the broker acknowledged it; retried while it is away."""
+        from ..bus.mqtt_wire import SyncPublisher, topic_for
+        from ..bus.sqlite import SqliteBus
+
+        bus = SqliteBus(self.state.layout.bus_db)
+        subscription = bus.subscribe(None, consumer=f"host-relay-{self.name}")
+        publisher: Any = None
+        assigned = self.assigned_jobs()
+        delay = 0.5
+        try:
+            while not self.stopping.is_set():
+                message = subscription.get(timeout=0.2)
+                if message is None:
+                    continue
+                if message.job_id not in assigned:
+                    assigned = self.assigned_jobs()  # assigned since the last look?
+                if message.job_id not in assigned or message.problem:
+                    subscription.ack(message)  # not ours to forward (a job of this host's own)
+                    continue
+                try:
+                    event = json.loads(message.payload).get("event")
+                except (ValueError, AttributeError):
+                    event = None
+                terminal = event in ("completed", "error")  # retained, as the wrapper would
+                while not self.stopping.is_set():
+                    try:
+                        if publisher is None:
+                            publisher = SyncPublisher(self.settings, f"delegate-relay-{self.name}")
+                        publisher.publish(
+                            topic_for(self.settings.prefix, message.job_id),
+                            message.payload,
+                            retain=terminal,
+                        )
+                        subscription.ack(message)
+                        delay = 0.5
+                        break
+                    except DelegateError as exc:
+                        log.warning("relay to the broker failed, retrying: %s", exc)
+                        if publisher is not None:
+                            publisher.close()
+                            publisher = None
+                        self.stopping.wait(delay)
+                        delay = min(delay * 2, 8.0)
+        finally:
+            if publisher is not None:
+                publisher.close()
+            subscription.close()
+            bus.close()
+
     def serve(self) -> None:
         from .reconciler import Reconciler
 
         self.connect()
+        relay = threading.Thread(target=self._relay_logged, name="relay", daemon=True)
+        relay.start()
         self.audit("serving", workdir=str(self.workdir))
         reconciler = Reconciler(self.state, actor=f"host:{self.name}")
         next_beat = time.monotonic() + self.presence_every_s
@@ -470,8 +539,16 @@ class HostServer:
                     except DelegateError as exc:
                         log.warning("reconcile pass failed: %s", exc)
         finally:
+            self.stopping.set()
+            relay.join(timeout=10)
             self._publish_presence(self.connection.client, online=False)
             self.connection.close()
+
+    def _relay_logged(self) -> None:
+        try:
+            self.relay()
+        except Exception as exc:  # the service goes on; events wait on the local bus
+            log.error("the event relay stopped: %s", exc)
 
     def stop(self) -> None:
         self.stopping.set()
