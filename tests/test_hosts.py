@@ -324,3 +324,21 @@ def test_host_commands_refuse_bad_input(sides: Sides, tmp_path: Path):
     assert_one_line_error(big)
     sqlite = run_cli(sides.home, "submit", "--host", "h1", "--agent", "shell", "--prompt", "x")
     assert sqlite.returncode == 64 and "MQTT broker" in sqlite.stderr
+
+
+def test_the_host_unit_and_acl_name_real_options():
+    root = Path(__file__).resolve().parent.parent / "examples"
+    unit = (root / "systemd" / "delegate-host.service").read_text()
+    exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    args = exec_start.split("=", 1)[1].split()
+    assert args[1:3] == ["host", "serve"]
+    shown = subprocess.run(
+        delegate_cmd("host", "serve", "--help"),
+        capture_output=True,
+        text=True,
+    ).stdout
+    for option in (a for a in args if a.startswith("--")):
+        assert option in shown, option
+    acl = (root / "mosquitto" / "acl").read_text()
+    assert "topic read delegate/hosts/build-1/assign" in acl
+    assert "topic write delegate/hosts/+/assign" in acl
