@@ -18,8 +18,10 @@ $java_ok || missing+=(openjdk-17-jre-headless)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # cron: `delegate cron` edits crontabs through `crontab`, and a test runs the real daemon
 command -v crontab >/dev/null 2>&1 || missing+=(cron)
-# shellcheck: `make lint` checks the shell/ wrappers
+# the shellcheck tool: `make lint` checks the shell/ wrappers
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
+# iproute2: the agent-host tests build network namespaces joined by a bridge (`ip netns`)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 # npm installs the real agent CLIs (claude, codex) into .cache/agents for the tests
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 
