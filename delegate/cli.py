@@ -406,6 +406,9 @@ def ps(
     limit: Annotated[
         int, typer.Option("--limit", help="How many recently finished jobs to show.")
     ] = 10,
+    host: Annotated[
+        str | None, typer.Option("--host", help="The open jobs this agent host reports.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> int:
     """Open jobs (queued, pending, running) and the most recently finished, with their sessions.
@@ -414,6 +417,16 @@ def ps(
     """
     from .services.ps import human_age, rows
 
+    if host is not None:  # what that agent host says of its open jobs (its presence)
+        from .services.hosts import host_jobs
+
+        for reported in host_jobs(_state(), host):
+            if as_json:
+                _print_json({**reported, "host": host})
+            else:
+                session = reported.get("session") or "-"
+                print(f"{reported['job_id']}\t{reported['status']}\t{session}\t{host}")
+        return 0
     if limit < 0:
         raise typer.BadParameter("--limit must be zero or more")
     listing = rows(_state(), show_all=show_all, limit=limit)

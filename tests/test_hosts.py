@@ -247,6 +247,15 @@ def test_cancel_of_a_remote_job_kills_its_tree_on_the_host(sides: Sides, tmp_pat
         timeout=60,
     )
     child = int((work / "child.pid").read_text())
+    # the host answers what runs there through its presence
+    reported = retry_until(
+        lambda: (
+            json_lines(run_cli(sides.home, "ps", "--host", "h1", "--json", env=sides.env).stdout)
+            or None
+        ),
+        timeout=30,
+    )
+    assert [(r["job_id"], r["status"], r["host"]) for r in reported] == [(job_id, "running", "h1")]
     cancelled = run_cli(sides.home, "cancel", job_id, env=sides.env)
     assert cancelled.returncode == 0, cancelled.stderr
     retry_until(lambda: there.registry.get(job_id).status is JobState.CANCELLED, timeout=30)
@@ -342,3 +351,63 @@ def test_the_host_unit_and_acl_name_real_options():
     acl = (root / "mosquitto" / "acl").read_text()
     assert "topic read delegate/hosts/build-1/assign" in acl
     assert "topic write delegate/hosts/+/assign" in acl
+
+
+def test_outcomes_a_lost_host_brings_back_are_audited_late_and_change_nothing(
+    sides: Sides, tmp_path: Path
+):
+    work = tmp_path / "work"
+    work.mkdir()
+    sides.serve(work)
+    monitor = subprocess.Popen(
+        delegate_cmd("monitor", "--interval", "0.5"),
+        env=sides.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        submitted = subprocess.run(
+            delegate_cmd(
+                "submit",
+                "--host",
+                "h1",
+                "--agent",
+                "shell",
+                "--no-wait",
+                "--prompt",
+                f"while [ ! -e {tmp_path / 'go'} ]; do sleep 0.1; done;"
+                ' delegate publish --event progress --detail "while away"',
+            ),
+            env=sides.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        job_id = submitted.stdout.strip()
+        here = State.open(env={"DELEGATE_HOME": str(sides.home)})
+        there = sides.host_state()
+        retry_until(lambda: here.registry.get(job_id).status is JobState.RUNNING, timeout=60)
+        assert sides.server is not None
+        sides.server.send_signal(signal.SIGSTOP)  # the host goes quiet; its agent runs on
+        ended = retry_until(
+            lambda: (j := here.registry.get(job_id)).status.terminal and j, timeout=60
+        )
+        assert ended.error == "host_lost"
+        (tmp_path / "go").touch()
+        retry_until(lambda: there.registry.get(job_id).status is JobState.COMPLETED, timeout=60)
+        sides.server.send_signal(signal.SIGCONT)  # back, with what its agent said meanwhile
+        late = retry_until(
+            lambda: (
+                [(e["event"], e["seq"]) for e in here.audit.read_events(job_id, "late_event")]
+                if len(here.audit.read_events(job_id, "late_event")) >= 2
+                else None
+            ),
+            timeout=60,
+        )
+        assert late == [("progress", 2), ("completed", 3)]
+        assert here.registry.get(job_id).status is JobState.ERROR  # a terminal state stays
+        logs = run_cli(sides.home, "logs", job_id, env=sides.env)
+        assert "late_event" in logs.stdout
+    finally:
+        monitor.send_signal(signal.SIGTERM)
+        monitor.wait(timeout=20)

@@ -96,6 +96,7 @@ class HostBook:
             "online": online,
             "last_seen_ms": max(filter(None, (seen, before.get("last_seen_ms"))), default=None),
             "running_jobs": message.get("running_jobs"),
+            "jobs": message.get("jobs") if online else before.get("jobs"),
         }
         atomic_write(self.dir / f"{name}.seen", json.dumps(record).encode())
 
@@ -193,6 +194,22 @@ def host_rows(state: State, *, listen_s: float = 1.0) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def host_jobs(state: State, name: str) -> list[dict[str, Any]]:
+    """What host `name` last said of its open jobs (refreshed from the broker first)."""
+    book = HostBook(state)
+    book.key(name)  # a host of ours
+    try:
+        watch = PresenceWatch(state, mqtt_settings(state))
+    except DelegateError as exc:
+        log.warning("presence not refreshed: %s", exc)
+    else:
+        watch.heard.wait(1.0)
+        time.sleep(0.1)
+        watch.close()
+    seen = book.presence(name) or {}
+    return list(seen.get("jobs") or [])
 
 
 def _iso_ms(ms: int) -> str:
@@ -368,13 +385,23 @@ class HostServer:
             will=(hostproto.topic(prefix, self.name, "presence"), will),
         )
 
-    def _running(self) -> int:
-        return sum(1 for j in self.state.registry.open_jobs() if j.status is JobState.RUNNING)
-
     def _publish_presence(self, client: Any, *, online: bool) -> None:
-        body = {"online": online, "host": self.name, "ts_ms": self.now_ms()}
+        """Online or not, and the open jobs assigned here with their states: the answer to
+        `delegate ps --host NAME` on the delegator's side."""
+        body: dict[str, Any] = {"online": online, "host": self.name, "ts_ms": self.now_ms()}
         if online:
-            body["running_jobs"] = self._running()
+            assigned = self.assigned_jobs()
+            jobs = [j for j in self.state.registry.open_jobs() if j.job_id in assigned]
+            body["running_jobs"] = sum(1 for j in jobs if j.status is JobState.RUNNING)
+            body["jobs"] = [
+                {
+                    "job_id": j.job_id,
+                    "status": j.status.value,
+                    "session": j.session,
+                    "agent": j.agent,
+                }
+                for j in jobs[:200]
+            ]
         client.publish(
             hostproto.topic(self.settings.prefix, self.name, "presence"),
             json.dumps(body).encode(),

@@ -25,7 +25,7 @@ from ..bus import Subscription, open_bus
 from ..errors import DelegateError
 from ..model import EVENT_TARGET_STATE, EventType, Job, JobState
 from ..protocol import Accepted, Receiver
-from ..reconcile import SeenEvent, Settings, next_deadline_s
+from ..reconcile import HOST_LOST, SeenEvent, Settings, next_deadline_s
 from .notify import notify, wait_for_notifiers
 from .reconciler import Done, Reconciler
 from .state import State
@@ -51,6 +51,8 @@ class Monitor:
         self._subscriptions: dict[str, Subscription] = {}
         self._buses: dict[str, Any] = {}
         self._receivers: dict[str, Receiver | None] = {}
+        self._late_receivers: dict[str, Receiver] = {}
+        self._hosted: set[str] = set()  # jobs on agent hosts: they may end host_lost meanwhile
         self._pidfds: dict[int, int] = {}  # pane pid -> pidfd
         self._stop_r, self._stop_w = os.pipe()
         os.set_blocking(self._stop_w, False)
@@ -68,7 +70,28 @@ class Monitor:
     def _stop_requested(self) -> bool:
         return self.stopping
 
+    def _watch_presence(self, jobs: list[Job], *, once: bool) -> None:
+        """Hosts' presence into the host book while jobs run on agent hosts, so `host_lost` is
+        judged on what the hosts say now (once: the retained presences, then stop)."""
+        if getattr(self, "_presence", None) is not None or not any(j.host for j in jobs):
+            return
+        from .hosts import PresenceWatch, mqtt_settings
+
+        try:
+            watch = PresenceWatch(self.state, mqtt_settings(self.state))
+        except DelegateError as exc:
+            log.warning("monitor: hosts' presence not followed: %s", exc)
+            return
+        if once:
+            watch.heard.wait(1.0)
+            time.sleep(0.1)
+            watch.close()
+            return
+        self._presence = watch
+
     def close(self) -> None:
+        if getattr(self, "_presence", None) is not None:
+            self._presence.close()
         for sub in self._subscriptions.values():
             with contextlib.suppress(Exception):
                 sub.close()
@@ -147,8 +170,15 @@ class Monitor:
             self._receivers[job_id] = (
                 None if job.status.terminal else Receiver(job_id, job.auth_token)
             )
+            if job.host:
+                self._hosted.add(job_id)
+        if job_id in self._hosted and self._receivers[job_id] is not None:
+            with contextlib.suppress(DelegateError):
+                if self.state.registry.get(job_id).status.terminal:
+                    self._receivers[job_id] = None  # failed host_lost by a pass meanwhile
         receiver = self._receivers[job_id]
         if receiver is None:
+            self._late(job_id, payload)
             return None
         verdict = receiver.check(payload)
         if not isinstance(verdict, Accepted):
@@ -163,6 +193,28 @@ class Monitor:
         if verdict.event in ("completed", "error"):
             self._receivers[job_id] = None  # nothing after the terminal event matters
         return SeenEvent(job_id, verdict.event, verdict.seq, str(envelope.get("detail", "")))
+
+    def _late(self, job_id: str, payload: bytes) -> None:
+        """A job failed `host_lost` whose host came back with what its agent said meanwhile:
+        verified and audited as late events (`delegate logs` shows them); the state stays."""
+        try:
+            job = self.state.registry.get(job_id)
+        except DelegateError:
+            return
+        if not (job.host and job.status.terminal and (job.error or "").startswith(HOST_LOST)):
+            return
+        late = self._late_receivers.setdefault(job_id, Receiver(job_id, job.auth_token))
+        verdict = late.check(payload)
+        if isinstance(verdict, Accepted):
+            self.state.audit.append(
+                job_id,
+                "late_event",
+                seq=verdict.seq,
+                event=verdict.event,
+                host=job.host,
+                envelope=verdict.envelope,
+                note=f"arrived after the job ended {job.error}; its state stays",
+            )
 
     def _poll_events(self) -> list[SeenEvent]:
         seen = []
@@ -228,6 +280,7 @@ class Monitor:
 
     def run(self, *, once: bool = False) -> int:
         jobs = self.state.registry.open_jobs()
+        self._watch_presence(jobs, once=once)
         if not once:
             self._subscribe(jobs)
         events = self._catch_up(jobs)
