@@ -269,3 +269,84 @@ def test_a_host_killed_outright_fails_its_job_host_lost(machines: Machines):
 
 def _state_of(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
+
+
+def test_forged_and_replayed_assignments_and_a_remote_cancel_across_machines(
+    machines: Machines, tmp_path: Path
+):
+    m = machines
+    from delegate import hostproto
+
+    work = tmp_path / "work"
+    key = bytes.fromhex((tmp_path / "host.key").read_text().strip())
+    job = {
+        "job_id": "0badf00d",
+        "agent": "shell",
+        "cmd": None,
+        "prompt_b64": "ZWNobyBwd25lZCA+IHB3bmVkLnR4dAo=",  # echo pwned > pwned.txt
+        "workdir": str(work),
+        "session": None,
+        "wall_timeout_s": None,
+        "idle_timeout_s": 60,
+    }
+    now = int(time.time() * 1000)
+    forged = hostproto.sign(
+        b"\x01" * 32, hostproto.assignment(host=HOST, request_id="forged", issued_ms=now, job=job)
+    )
+    genuine = hostproto.sign(
+        key, hostproto.assignment(host=HOST, request_id="genuine", issued_ms=now, job=job)
+    )
+    # published from the delegator's machine with its broker login, as an attacker holding
+    # that login (but not the host key) could
+    publish = (
+        "import os, sys, ssl, paho.mqtt.publish as p;"
+        "p.single(sys.argv[1], open(sys.argv[2], 'rb').read(), qos=1, hostname=sys.argv[3],"
+        " port=8883, auth={'username': 'delegator', 'password': 'delegator-pw'},"
+        " tls={'ca_certs': os.environ['MQTT_CA_CERTS']})"
+    )
+    broker_ip = m.lab.addresses["b"]
+    for name, payload in (("forged", forged), ("genuine", genuine), ("again", genuine)):
+        (tmp_path / name).write_bytes(payload)
+        sent = m.lab.run(
+            "d",
+            [
+                sys.executable,
+                "-c",
+                publish,
+                f"delegate/hosts/{HOST}/assign",
+                str(tmp_path / name),
+                broker_ip,
+            ],
+            env=m.env,
+            timeout=60,
+        )
+        assert sent.returncode == 0, sent.stderr
+        if name == "genuine":
+            retry_until(lambda: m.there().registry.exists("0badf00d"), timeout=30)
+    audit = m.host_home / "logs" / f"host-{HOST}.ndjson"
+
+    def refusals() -> list[str]:
+        return [
+            json.loads(x).get("reason")
+            for x in audit.read_text().splitlines()
+            if json.loads(x)["kind"] == "refused"
+        ]
+
+    retry_until(lambda: refusals() == ["bad_signature", "replayed"], timeout=30)
+    assert [j.job_id for j in m.there().registry.list()] == ["0badf00d"]
+
+    # cancel across machines: the agent's whole tree on the host is killed
+    submitted = _submit(m, "sleep 300 & echo $! > child.pid; sleep 300", "--no-wait")
+    job_id = submitted.stdout.strip()
+    retry_until(
+        lambda: (
+            m.there().registry.exists(job_id)
+            and m.there().registry.get(job_id).status is JobState.RUNNING
+            and (work / "child.pid").exists()
+        ),
+        timeout=60,
+    )
+    child = int((work / "child.pid").read_text())
+    assert m.delegate("cancel", job_id).returncode == 0
+    retry_until(lambda: m.there().registry.get(job_id).status is JobState.CANCELLED, timeout=30)
+    retry_until(lambda: not Path(f"/proc/{child}").exists(), timeout=30)
