@@ -297,8 +297,9 @@ def test_a_host_that_dies_fails_its_jobs_host_lost(sides: Sides, tmp_path: Path)
         lambda: (job := here.registry.get(job_id)).status.terminal and job, timeout=60
     )
     assert ended.status is JobState.ERROR and ended.error == "host_lost"
-    evidence = [e for e in here.audit.read_events(job_id, "reconciled")]
-    assert evidence and evidence[0]["evidence"]["host"] == "h1"
+    # the audit line follows the transition by a moment
+    evidence = retry_until(lambda: here.audit.read_events(job_id, "reconciled"), timeout=10)
+    assert evidence[0]["evidence"]["host"] == "h1"
 
 
 def test_host_commands_refuse_bad_input(sides: Sides, tmp_path: Path):

@@ -263,7 +263,7 @@ def test_a_host_killed_outright_fails_its_job_host_lost(machines: Machines):
     )
     assert ended.status is JobState.ERROR and ended.error == "host_lost"
     assert time.monotonic() - killed_at >= LOST_AFTER_S - 3  # not before its grace period
-    [verdict] = here.audit.read_events(job_id, "reconciled")[:1]
+    verdict = retry_until(lambda: here.audit.read_events(job_id, "reconciled"), timeout=10)[0]
     assert verdict["evidence"]["host"] == HOST and verdict["evidence"]["silent_s"] >= 15
 
 
