@@ -130,6 +130,42 @@ def make_ca(folder: Path, name: str) -> None:
     )
 
 
+def server_cert(certs: Path, san: str) -> None:
+    """server.key and server.crt, signed by the CA in `certs`, for the names in `san`."""
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=broker",
+        cwd=certs,
+    )
+    (certs / "ext").write_text(f"subjectAltName={san}\n")
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "ext",
+        cwd=certs,
+    )
+
+
 class TlsBroker(NamedTuple):
     broker: Broker
     ca: Path
@@ -149,38 +185,7 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
     (folder / "data").mkdir()
     make_ca(certs, "ca")
     make_ca(certs, "wrong-ca")
-    _openssl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-        cwd=certs,
-    )
-    (certs / "ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    _openssl(
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "ext",
-        cwd=certs,
-    )
+    server_cert(certs, "DNS:localhost,IP:127.0.0.1")
     users = {"delegator": "delegator-secret", "agent": "agent-secret"}
     passwd = folder / "passwd"
     for i, (user, password) in enumerate(users.items()):

@@ -18,7 +18,7 @@ from delegate.model import JobState
 from delegate.services.state import State
 
 from .helpers import cli_env, json_lines, retry_until
-from .mqtt_fixtures import ROOT, _openssl, make_ca
+from .mqtt_fixtures import ROOT, make_ca, server_cert
 from .netns import Lab, netns_available
 from .tmux_fixtures import kill_processes_of
 
@@ -54,38 +54,7 @@ def _start_broker(lab: Lab, folder: Path, address: str) -> subprocess.Popen[byte
     certs.mkdir(parents=True)
     (folder / "data").mkdir()
     make_ca(certs, "ca")
-    _openssl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=broker",
-        cwd=certs,
-    )
-    (certs / "ext").write_text(f"subjectAltName=IP:{address}\n")
-    _openssl(
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "ext",
-        cwd=certs,
-    )
+    server_cert(certs, f"IP:{address}")
     passwd = folder / "passwd"
     for i, user in enumerate(("delegator", f"host-{HOST}")):
         flags = ["-b", "-c"] if i == 0 else ["-b"]

@@ -253,48 +253,52 @@ def assignment_for(job: Job, prompt: bytes, request: Any) -> dict[str, Any]:
     }
 
 
-def assign(state: State, job: Job, prompt: bytes, request: Any) -> str:
-    """Publish the job's signed assignment to its host; returns the request id."""
+def _send(state: State, job: Job, what: str, build: Callable[[str, int], dict[str, Any]]) -> str:
+    """Sign a request for the job's host with its key and publish it on `hosts/<host>/<what>`;
+    returns the request id (what the host remembers to refuse a replay)."""
     assert job.host is not None
     key = HostBook(state).key(job.host)
     settings = mqtt_settings(state, job.bus.get("url"))
     request_id = uuid.uuid4().hex
-    payload = hostproto.sign(
-        key,
-        hostproto.assignment(
-            host=job.host,
-            request_id=request_id,
-            issued_ms=int(time.time() * 1000),
-            job=assignment_for(job, prompt, request),
-        ),
-    )
+    payload = hostproto.sign(key, build(request_id, int(time.time() * 1000)))
     if len(payload) > hostproto.MAX_ASSIGNMENT:
         raise UsageError(
-            f"the assignment is {len(payload)} bytes, over the {hostproto.MAX_ASSIGNMENT} limit;"
-            " put a large prompt in a file on the host"
+            f"the {what} request is {len(payload)} bytes, over the {hostproto.MAX_ASSIGNMENT}"
+            " limit; put a large prompt in a file on the host"
         )
-    _publish(settings, hostproto.topic(settings.prefix, job.host, "assign"), payload)
-    state.audit.append(job.job_id, "assigned", host=job.host, request_id=request_id)
+    _publish(settings, hostproto.topic(settings.prefix, job.host, what), payload)
+    return request_id
+
+
+def assign(state: State, job: Job, prompt: bytes, request: Any) -> str:
+    """Publish the job's signed assignment to its host; returns the request id."""
+    assert job.host is not None
+    host = job.host
+    request_id = _send(
+        state,
+        job,
+        "assign",
+        lambda rid, issued: hostproto.assignment(
+            host=host, request_id=rid, issued_ms=issued, job=assignment_for(job, prompt, request)
+        ),
+    )
+    state.audit.append(job.job_id, "assigned", host=host, request_id=request_id)
     return request_id
 
 
 def cancel_remote(state: State, job: Job) -> None:
     """Ask the job's host to cancel it (the delegator's record is already cancelled)."""
     assert job.host is not None
-    key = HostBook(state).key(job.host)
-    settings = mqtt_settings(state, job.bus.get("url"))
-    request_id = uuid.uuid4().hex
-    payload = hostproto.sign(
-        key,
-        hostproto.cancel_request(
-            host=job.host,
-            request_id=request_id,
-            issued_ms=int(time.time() * 1000),
-            job_id=job.job_id,
+    host = job.host
+    request_id = _send(
+        state,
+        job,
+        "cancel",
+        lambda rid, issued: hostproto.cancel_request(
+            host=host, request_id=rid, issued_ms=issued, job_id=job.job_id
         ),
     )
-    _publish(settings, hostproto.topic(settings.prefix, job.host, "cancel"), payload)
-    state.audit.append(job.job_id, "cancel_requested", host=job.host, request_id=request_id)
+    state.audit.append(job.job_id, "cancel_requested", host=host, request_id=request_id)
 
 
 # --- the agent host -----------------------------------------------------------------------

@@ -247,27 +247,14 @@ def submit_remote(
     )
     if not created:
         return _follow_existing(state, job, wait=wait, emit=emit)
-    watcher: Watcher | None = None
-    try:
-        if wait:
-            watcher = Watcher(state, job.job_id, emit=emit, supervise=True, actor="submit")
-        else:
-            start_detached_supervisor(state, job.job_id)
-        assign(state, job, request.prompt, request)
-    except BaseException as exc:
-        if watcher is not None:
-            watcher.close()
-        reason = f"assign_failed: {exc}" if isinstance(exc, DelegateError) else "assign_failed"
-        state.registry.finish_if_open(job.job_id, JobState.ERROR, reason=reason)
-        raise
-    if watcher is None:
-        return SubmitResult(state.registry.get(job.job_id), True, None)
-    try:
-        outcome = watcher.run()
-    except KeyboardInterrupt:
-        start_detached_supervisor(state, job.job_id)
-        raise
-    return SubmitResult(state.registry.get(job.job_id), True, outcome)
+    return _follow_and_start(
+        state,
+        job,
+        wait=wait,
+        emit=emit,
+        start=lambda: assign(state, job, request.prompt, request),
+        failure="assign_failed",
+    )
 
 
 def _admit(
@@ -330,25 +317,47 @@ def _start(
     emit: Callable[[dict[str, Any]], None],
     tmux: Tmux,
 ) -> SubmitResult:
-    queued = job.status is JobState.QUEUED
+    position: list[int | None] = [None]
+
+    def start() -> None:
+        if job.status is JobState.QUEUED:  # a slot frees later: its supervisor launches it
+            position[0] = queue_position(state, job.job_id)
+        else:
+            launch_in_tmux(state, job, tmux)
+
+    result = _follow_and_start(
+        state, job, wait=wait, emit=emit, start=start, failure="launch_failed"
+    )
+    return result._replace(queue_position=position[0])
+
+
+def _follow_and_start(
+    state: State,
+    job: Job,
+    *,
+    wait: bool,
+    emit: Callable[[dict[str, Any]], None],
+    start: Callable[[], object],
+    failure: str,
+) -> SubmitResult:
+    """Start following the job (a watcher subscribed on construction, before the agent can say
+    anything, or a detached supervisor that returns once subscribed), then `start` it: launch
+    it here, or assign it to its host. A start that fails ends the job `failure`."""
     watcher: Watcher | None = None
     try:
         if wait:
-            # subscribed on construction, before the agent can say anything
             watcher = Watcher(state, job.job_id, emit=emit, supervise=True, actor="submit")
         else:
             start_detached_supervisor(state, job.job_id)
-        if not queued:
-            launch_in_tmux(state, job, tmux)
+        start()
     except BaseException as exc:
         if watcher is not None:
             watcher.close()
-        reason = f"launch_failed: {exc}" if isinstance(exc, DelegateError) else "launch_failed"
+        reason = f"{failure}: {exc}" if isinstance(exc, DelegateError) else failure
         state.registry.finish_if_open(job.job_id, JobState.ERROR, reason=reason)
         raise
-    position = queue_position(state, job.job_id) if queued else None
     if watcher is None:
-        return SubmitResult(state.registry.get(job.job_id), True, None, position)
+        return SubmitResult(state.registry.get(job.job_id), True, None)
     try:
         outcome = watcher.run()
     except KeyboardInterrupt:
@@ -356,7 +365,7 @@ def _start(
         # deadlines, queue place and session still get looked after.
         start_detached_supervisor(state, job.job_id)
         raise
-    return SubmitResult(state.registry.get(job.job_id), True, outcome, position)
+    return SubmitResult(state.registry.get(job.job_id), True, outcome)
 
 
 def _follow_existing(
