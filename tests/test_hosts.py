@@ -79,6 +79,16 @@ class Sides:
         )
         retry_until(lambda: (self.host_home / "logs" / "host-h1.ndjson").exists(), timeout=30)
 
+    def submit(self, prompt: str, *flags: str) -> subprocess.CompletedProcess[str]:
+        """`delegate submit --host h1 --agent shell` on the delegator's side."""
+        return subprocess.run(
+            delegate_cmd("submit", "--host", "h1", "--agent", "shell", *flags, "--prompt", prompt),
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
     def host_state(self) -> State:
         return State.open(env={"DELEGATE_HOME": str(self.host_home)})
 
@@ -122,21 +132,8 @@ def test_submit_host_runs_there_waits_here_and_the_token_never_travels(
     listed = json_lines(run_cli(sides.home, "host", "list", "--json", env=sides.env).stdout)
     assert [(r["name"], r["online"]) for r in listed] == [("h1", True)]
     assert "key" not in json.dumps(listed)
-    result = subprocess.run(
-        delegate_cmd(
-            "submit",
-            "--host",
-            "h1",
-            "--agent",
-            "shell",
-            "--wait",
-            "--prompt",
-            'delegate publish --event progress --detail "on the host"; echo ran > out.txt',
-        ),
-        env=sides.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = sides.submit(
+        'delegate publish --event progress --detail "on the host"; echo ran > out.txt', "--wait"
     )
     assert result.returncode == 0, result.stderr
     events = json_lines(result.stdout)
@@ -219,22 +216,7 @@ def test_cancel_of_a_remote_job_kills_its_tree_on_the_host(sides: Sides, tmp_pat
     work = tmp_path / "work"
     work.mkdir()
     sides.serve(work)
-    submitted = subprocess.run(
-        delegate_cmd(
-            "submit",
-            "--host",
-            "h1",
-            "--agent",
-            "shell",
-            "--no-wait",
-            "--prompt",
-            "sleep 300 & echo $! > child.pid; sleep 300",
-        ),
-        env=sides.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    submitted = sides.submit("sleep 300 & echo $! > child.pid; sleep 300", "--no-wait")
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
     there = sides.host_state()
@@ -276,15 +258,7 @@ def test_a_host_that_dies_fails_its_jobs_host_lost(sides: Sides, tmp_path: Path)
     work = tmp_path / "work"
     work.mkdir()
     sides.serve(work)
-    submitted = subprocess.run(
-        delegate_cmd(
-            "submit", "--host", "h1", "--agent", "shell", "--no-wait", "--prompt", "sleep 300"
-        ),
-        env=sides.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    submitted = sides.submit("sleep 300", "--no-wait")
     job_id = submitted.stdout.strip()
     here = State.open(env={"DELEGATE_HOME": str(sides.home)})
     retry_until(lambda: here.registry.get(job_id).status is JobState.RUNNING, timeout=60)
@@ -367,22 +341,10 @@ def test_outcomes_a_lost_host_brings_back_are_audited_late_and_change_nothing(
         stdout=subprocess.DEVNULL,
     )
     try:
-        submitted = subprocess.run(
-            delegate_cmd(
-                "submit",
-                "--host",
-                "h1",
-                "--agent",
-                "shell",
-                "--no-wait",
-                "--prompt",
-                f"while [ ! -e {tmp_path / 'go'} ]; do sleep 0.1; done;"
-                ' delegate publish --event progress --detail "while away"',
-            ),
-            env=sides.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
+        submitted = sides.submit(
+            f"while [ ! -e {tmp_path / 'go'} ]; do sleep 0.1; done;"
+            ' delegate publish --event progress --detail "while away"',
+            "--no-wait",
         )
         job_id = submitted.stdout.strip()
         here = State.open(env={"DELEGATE_HOME": str(sides.home)})
