@@ -374,3 +374,50 @@ def test_outcomes_a_lost_host_brings_back_are_audited_late_and_change_nothing(
     finally:
         monitor.send_signal(signal.SIGTERM)
         monitor.wait(timeout=20)
+
+
+def test_a_cron_entry_can_name_a_host_and_a_never_assigned_window_is_assigned(
+    sides: Sides, tmp_path: Path
+):
+    from datetime import UTC, datetime
+
+    from delegate import hostproto
+    from delegate.services import cron
+    from delegate.services.jobs import register_job
+
+    work = tmp_path / "work"
+    work.mkdir()
+    sides.serve(work)
+    (tmp_path / "task.sh").write_text("echo nightly >> nightly.txt\n")
+    job_file = tmp_path / "nightly.toml"
+    job_file.write_text('agent = "shell"\nprompt_file = "task.sh"\nhost = "h1"\n')
+    state = State.open(env=sides.env)
+    cron.add(
+        state,
+        "0 2 * * *",
+        job_file,
+        crontab=cron.Crontab(file=tmp_path / "tab"),
+        now=datetime(2026, 11, 20, tzinfo=UTC),
+    )
+    first = cron.run(state, "nightly", now=datetime(2026, 11, 21, 2, 0, 5, tzinfo=UTC))
+    assert first.created and state.registry.get(first.job_id).host == "h1"
+    retry_until(lambda: state.registry.get(first.job_id).status is JobState.COMPLETED, timeout=60)
+    # the next night's run crashed between registering its job and assigning it
+    key = bytes.fromhex(sides.key)
+    crashed, _ = register_job(
+        state,
+        agent="shell",
+        idempotency_key="nightly-20261122T0200Z",
+        host="h1",
+        token_for=lambda j: hostproto.job_token(key, j),
+    )
+    second = cron.run(state, "nightly", now=datetime(2026, 11, 22, 2, 0, 5, tzinfo=UTC))
+    assert second.job_id == crashed.job_id and second.launched and not second.created
+    retry_until(lambda: sides.host_state().registry.exists(crashed.job_id), timeout=30)
+    retry_until(
+        lambda: (
+            (work / "nightly.txt").exists()
+            and (work / "nightly.txt").read_text() == "nightly\nnightly\n"
+        ),
+        timeout=60,
+    )

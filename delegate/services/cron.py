@@ -401,6 +401,7 @@ JOB_FIELDS = (
     "idempotency_key",
     "max_running",
     "on_event",
+    "host",
 )
 
 
@@ -426,6 +427,19 @@ def _submit_window(state: State, entry: dict[str, Any], window: datetime) -> tup
     }
     prompt = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=None)
     request = SubmitRequest.from_settings(settings, prompt)
+    if settings.get("host"):  # an agent host's job: assigned over the broker
+        from .hosts import assign
+        from .submit import submit_remote
+
+        result = submit_remote(state, request, settings["host"], wait=False)
+        job = result.job
+        never_assigned = not state.audit.read_events(job.job_id, "assigned")
+        if not result.created and job.status is JobState.PENDING and never_assigned:
+            # registered, then a crash before its assignment went out: send it now (and the
+            # host takes a job id only once, should two runs both get here)
+            assign(state, job, prompt, request)
+            return job.job_id, False, True
+        return job.job_id, result.created, False
     result = submit(state, request, wait=False)
     job = result.job
     launched = False
