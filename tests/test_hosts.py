@@ -98,12 +98,15 @@ class Sides:
 
 
 @pytest.fixture
-def sides(broker, home: Path, tmux_env, tmp_path: Path) -> Iterator[Sides]:
+def sides(
+    request: pytest.FixtureRequest, broker, home: Path, tmux_env, tmp_path: Path
+) -> Iterator[Sides]:
+    lost_after = str(getattr(request, "param", 4))
     host_home = tmp_path / "agent-host"
     env = cli_env(home, {"DELEGATE_BUS": broker.url})
     host_env = cli_env(host_home, {**tmux_env, "DELEGATE_BUS": broker.url})
     added = run_cli(
-        home, "host", "add", "h1", "--lost-after", "4", env={"DELEGATE_BUS": broker.url}
+        home, "host", "add", "h1", "--lost-after", lost_after, env={"DELEGATE_BUS": broker.url}
     )
     assert added.returncode == 0, added.stderr
     key = added.stdout.strip()
@@ -421,3 +424,24 @@ def test_a_cron_entry_can_name_a_host_and_a_never_assigned_window_is_assigned(
         ),
         timeout=60,
     )
+
+
+@pytest.mark.parametrize("sides", [60], indirect=True)  # down for a moment, not lost
+def test_an_assignment_sent_while_the_host_is_down_runs_when_it_is_back(
+    sides: Sides, tmp_path: Path
+):
+    work = tmp_path / "work"
+    work.mkdir()
+    sides.serve(work)  # its persistent session now exists on the broker
+    assert sides.server is not None
+    sides.server.send_signal(signal.SIGTERM)
+    assert sides.server.wait(timeout=20) == 0
+    submitted = sides.submit("echo queued > queued.txt", "--no-wait")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    time.sleep(0.5)
+    assert not sides.host_state().registry.exists(job_id)  # nobody there to take it yet
+    sides.serve(work)  # back: the broker delivers what waited in its session
+    here = State.open(env={"DELEGATE_HOME": str(sides.home)})
+    retry_until(lambda: here.registry.get(job_id).status is JobState.COMPLETED, timeout=60)
+    assert (work / "queued.txt").read_text() == "queued\n"

@@ -335,7 +335,9 @@ class HostServer:
         self.audit_path = state.layout.logs / f"host-{name}.ndjson"
         self.seen_path = state.layout.home / f"host-{name}.requests"
         self.jobs_path = state.layout.home / f"host-{name}.jobs"  # jobs assigned here
-        self.inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
+        # (kind, payload, ack): a request is acknowledged to the broker only once handled, so
+        # one this service did not get to (it died) is delivered again to its next start
+        self.inbox: queue.Queue[tuple[str, bytes, Callable[[], None]]] = queue.Queue()
         self.stopping = threading.Event()
         self.connection: Any = None
 
@@ -375,8 +377,14 @@ class HostServer:
             self._publish_presence(client, online=True)
 
         def on_message(client: Any, userdata: Any, message: Any) -> None:
-            self.inbox.put((message.topic.rsplit("/", 1)[-1], bytes(message.payload)))
-            client.ack(message.mid, message.qos)
+            mid, qos = message.mid, message.qos
+            self.inbox.put(
+                (
+                    message.topic.rsplit("/", 1)[-1],
+                    bytes(message.payload),
+                    lambda: client.ack(mid, qos),
+                )
+            )
 
         will = json.dumps({"online": False, "host": self.name}).encode()
         self.connection = _Connection(
@@ -435,11 +443,13 @@ class HostServer:
             )
             log.warning("host %s refused a %s request: %s", self.name, kind, refusal.detail)
             return
-        self.remember(str(message["request_id"]))
+        # remembered once carried out: a request redelivered after a crash in between is done
+        # again, and a job id is launched only once anyway
         if kind == "assign":
             self._launch(message)
         else:
             self._cancel(message)
+        self.remember(str(message["request_id"]))
 
     def _launch(self, message: dict[str, Any]) -> None:
         from .submit import SubmitRequest, submit
@@ -556,11 +566,12 @@ class HostServer:
         try:
             while not self.stopping.is_set():
                 try:
-                    kind, payload = self.inbox.get(timeout=0.5)
+                    kind, payload, ack = self.inbox.get(timeout=0.5)
                 except queue.Empty:
                     pass
                 else:
                     self.handle(kind, payload)
+                    ack()
                     continue
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + self.presence_every_s
