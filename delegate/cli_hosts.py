@@ -11,7 +11,7 @@ import typer
 
 from .errors import UsageError
 
-host_app = typer.Typer(help="Agent hosts: add, list, serve.", no_args_is_help=True)
+host_app = typer.Typer(help="Agent hosts: add, remove, list, serve.", no_args_is_help=True)
 
 
 @host_app.command("add")
@@ -36,6 +36,22 @@ def host_add(
         f" `delegate host serve --name {name} --key-file FILE` there",
         file=sys.stderr,
     )
+    return 0
+
+
+@host_app.command("remove")
+def host_remove(
+    name: Annotated[str, typer.Argument(help="The host to forget.")],
+) -> int:
+    """Forget a host and its key (refused while it has open jobs); add it again for a new key.
+
+    Example: delegate host remove build-1
+    """
+    from .services.hosts import HostBook
+    from .services.state import State
+
+    state = State.open()
+    HostBook(state).remove(name, state)
     return 0
 
 

@@ -260,6 +260,7 @@ COORD_SUBCOMMANDS = {
     "board": ["open", "assess", "discuss", "vote", "resolve", "status"],
     "bb": ["write", "read", "delete", "list", "snapshot", "render"],
     "bus": ["export"],
+    "host": ["add", "remove", "list", "serve"],
 }
 
 

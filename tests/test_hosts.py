@@ -445,3 +445,33 @@ def test_an_assignment_sent_while_the_host_is_down_runs_when_it_is_back(
     here = State.open(env={"DELEGATE_HOME": str(sides.home)})
     retry_until(lambda: here.registry.get(job_id).status is JobState.COMPLETED, timeout=60)
     assert (work / "queued.txt").read_text() == "queued\n"
+
+
+def test_host_remove_is_refused_while_jobs_run_and_re_adding_rotates_the_key(
+    sides: Sides, tmp_path: Path
+):
+    work = tmp_path / "work"
+    work.mkdir()
+    sides.serve(work)
+    submitted = sides.submit("sleep 300", "--no-wait")
+    job_id = submitted.stdout.strip()
+    busy = run_cli(sides.home, "host", "remove", "h1", env=sides.env)
+    assert busy.returncode == 64 and job_id in busy.stderr
+    assert_one_line_error(busy)
+    assert run_cli(sides.home, "cancel", job_id, env=sides.env).returncode == 0
+    assert run_cli(sides.home, "host", "remove", "h1", env=sides.env).returncode == 0
+    assert json_lines(run_cli(sides.home, "host", "list", "--json", env=sides.env).stdout) == []
+    again = run_cli(sides.home, "host", "add", "h1", env=sides.env)
+    assert again.returncode == 0 and again.stdout.strip() != sides.key  # a new key
+    # the host still serves with the old key: what the delegator signs now is refused there
+    late = sides.submit("echo never > never.txt", "--no-wait")
+    assert late.returncode == 0, late.stderr
+    retry_until(
+        lambda: (
+            "bad_signature"
+            in [a.get("reason") for a in sides.host_audit() if a["kind"] == "refused"]
+        ),
+        timeout=30,
+    )
+    assert not (work / "never.txt").exists()
+    assert_one_line_error(run_cli(sides.home, "host", "remove", "nowhere", env=sides.env))

@@ -59,6 +59,18 @@ class HostBook:
         atomic_write(self.dir / f"{name}.json", json.dumps(settings).encode())
         return key
 
+    def remove(self, name: str, state: State) -> None:
+        """Forget a host (its key, settings and presence); refused while it has open jobs.
+        Adding it again makes a new key: that is how a key is rotated."""
+        self.key(name)  # refuses an unknown host in one line
+        busy = [j.job_id for j in state.registry.open_jobs() if j.host == name]
+        if busy:
+            raise UsageError(
+                f"host {name} has open jobs ({', '.join(busy[:5])}); cancel them first"
+            )
+        for suffix in (".key", ".json", ".seen"):
+            (self.dir / f"{name}{suffix}").unlink(missing_ok=True)
+
     def names(self) -> list[str]:
         if not self.dir.is_dir():
             return []
