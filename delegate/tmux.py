@@ -318,6 +318,18 @@ def zombie_exit(pid: int) -> tuple[int | None, int | None] | None:
     return (code >> 8) & 0xFF, None
 
 
+def settle(pane: Pane) -> Pane:
+    """A pane of ours as it really is: tmux 3.3 now and then leaves a finished pane's process
+    unreaped, and then shows the pane alive, or dead without how it ended. A zombie pid cannot
+    be reused, so /proc still tells of that very process: dead, with its status or signal."""
+    if not pane.job_id or pane.exit_status is not None or pane.exit_signal:
+        return pane
+    ended = zombie_exit(pane.pid) if pane.pid > 0 else None
+    if ended is None:
+        return pane
+    return pane._replace(dead=True, exit_status=ended[0], exit_signal=ended[1])
+
+
 def process_start(pid: int) -> int | None:
     """The start time of `pid` (clock ticks since boot), which tells two uses of one pid apart."""
     fields = _stat_fields(pid)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from delegate.errors import UsageError
-from delegate.tmux import Tmux, alive, descendants, validate_session_name
+from delegate.tmux import Tmux, alive, descendants, settle, validate_session_name
 
 from .helpers import retry_until
 
@@ -49,8 +49,11 @@ def test_start_capture_send_keys_and_kill(tmux_socket: str, tmp_path: Path):
 def test_a_finished_pane_keeps_its_exit_status(tmux_socket: str, tmp_path: Path):
     tmux = Tmux(tmux_socket)
     tmux.start("dlg-exit", ["sh", "-c", "exit 5"], workdir=tmp_path, env={}, job_id="0badc0de")
+    # as the reconciler sees it: tmux's view, completed from /proc when tmux has not reaped it
     pane = retry_until(
-        lambda: next((p for p in tmux.panes() if p.dead and p.exit_status is not None), None)
+        lambda: next(
+            (s for p in tmux.panes() if (s := settle(p)).dead and s.exit_status is not None), None
+        )
     )
     assert pane.exit_status == 5
 

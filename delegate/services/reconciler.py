@@ -34,7 +34,7 @@ from ..reconcile import (
     Snapshot,
     reconcile,
 )
-from ..tmux import Pane, Tmux, TmuxView, socket_path_for, zombie_exit
+from ..tmux import Pane, Tmux, TmuxView, settle, socket_path_for
 from .launch import caps, claim_and_launch, inventory, launcher_alive
 from .state import State
 
@@ -77,15 +77,6 @@ def _unsettled(pane: Pane) -> bool:
     return pane.dead and bool(pane.job_id) and pane.exit_status is None and not pane.exit_signal
 
 
-def _with_exit(pane: Pane) -> Pane:
-    if not _unsettled(pane):
-        return pane
-    ended = zombie_exit(pane.pid)
-    if ended is None:
-        return pane
-    return pane._replace(exit_status=ended[0], exit_signal=ended[1])
-
-
 class Reconciler:
     def __init__(
         self,
@@ -122,7 +113,7 @@ class Reconciler:
         for pause in (0.03, 0.0):
             self.tmux_queries += 1
             seen = self.tmux(socket).view()
-            panes = tuple(_with_exit(p) for p in seen.panes)
+            panes = tuple(settle(p) for p in seen.panes)
             seen = seen._replace(panes=panes)
             if not pause or not any(_unsettled(p) for p in panes):
                 return seen
