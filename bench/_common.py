@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,18 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
     started = time.perf_counter()
     subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
     return time.perf_counter() - started
+
+
+def interleaved_with_bare(
+    n: int, env: dict[str, str], run: Callable[[int], float]
+) -> tuple[list[float], list[float]]:
+    """`n` runs of `run(i)` (seconds each), each after a bare `python -c pass`, interleaved so
+    both see the same machine load; returns (bare, runs)."""
+    bare, runs = [], []
+    for i in range(n):
+        bare.append(timed([sys.executable, "-c", "pass"], env))
+        runs.append(run(i))
+    return bare, runs
 
 
 def summary_ms(seconds: Sequence[float]) -> dict[str, float]:

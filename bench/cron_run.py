@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from _common import (
     bench_env,
     delegate_exe,
     emit,
+    interleaved_with_bare,
     precompile,
     private_tmux,
     summary_ms,
@@ -52,10 +52,7 @@ def main() -> None:
         )
         run = [exe, "cron", "run", "job"]
         timed(run, env)  # the first run of the window submits the job
-        bare, runs = [], []
-        for _ in range(args.n):
-            bare.append(timed([sys.executable, "-c", "pass"], env))
-            runs.append(timed(run, env))
+        bare, runs = interleaved_with_bare(args.n, env, lambda _: timed(run, env))
     ratio = statistics.median(runs) / statistics.median(bare)
     emit(
         {

@@ -8,9 +8,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 
-from _common import bench_env, delegate_exe, emit, precompile, summary_ms, temp_home, timed
+from _common import (
+    bench_env,
+    delegate_exe,
+    emit,
+    interleaved_with_bare,
+    precompile,
+    summary_ms,
+    temp_home,
+    timed,
+)
 
 
 def main() -> None:
@@ -22,11 +30,13 @@ def main() -> None:
     with temp_home() as home:
         env = bench_env(home)
         timed([exe, "lock", "acquire", "warm", "--owner", "bench"], env)
-        bare, runs = [], []
-        for i in range(args.n):
-            bare.append(timed([sys.executable, "-c", "pass"], env))
-            runs.append(timed([exe, "lock", "acquire", f"r{i % 4}", "--owner", "bench"], env))
-            timed([exe, "lock", "release", f"r{i % 4}", "--owner", "bench"], env)
+
+        def acquire_then_release(i: int) -> float:
+            took = timed([exe, "lock", "acquire", f"r{i % 4}", "--owner", "bench"], env)
+            timed([exe, "lock", "release", f"r{i % 4}", "--owner", "bench"], env)  # untimed
+            return took
+
+        bare, runs = interleaved_with_bare(args.n, env, acquire_then_release)
     ratio = statistics.median(runs) / statistics.median(bare)
     emit(
         {

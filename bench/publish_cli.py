@@ -7,12 +7,12 @@ Target (issues 2 and 9): median <= 60 ms, with every audit line fdatasync'ed (is
 from __future__ import annotations
 
 import argparse
-import sys
 
 from _common import (
     bench_env,
     delegate_exe,
     emit,
+    interleaved_with_bare,
     precompile,
     started_job,
     summary_ms,
@@ -43,10 +43,7 @@ def main() -> None:
             '{"step": 1}',
         ]
         timed(publish, env)  # warm the page cache
-        bare, runs = [], []
-        for _ in range(args.n):  # interleaved, so both see the same machine load
-            bare.append(timed([sys.executable, "-c", "pass"], env))
-            runs.append(timed(publish, env))
+        bare, runs = interleaved_with_bare(args.n, env, lambda _: timed(publish, env))
     result = {
         "benchmark": "delegate publish, fresh process, SQLite bus",
         "target_p50_ms": 60,

@@ -74,12 +74,9 @@ def _announce(events: list[dict[str, Any]]) -> None:
 
 
 def _thresholds() -> Thresholds:
-    from .coord.heartbeats import Thresholds
-    from .profiles import config_path, load_config
-    from .services.state import State
+    from .services.coord import heartbeat_thresholds
 
-    config = load_config(config_path(State.open().layout.home))
-    return Thresholds.from_config(config.get("heartbeat"))
+    return heartbeat_thresholds()
 
 
 def _parse_json(text: str | None, option: str) -> Any:
@@ -248,27 +245,14 @@ def lock_acquire(
 
     Example: delegate lock acquire src/app.py --owner coder --ttl 120 --json
     """
-    from .coord.leases import acquire
+    from .services.coord import acquire_lease
 
-    grant, events = acquire(
-        _store(),
-        "lock",
-        resource,
-        _agent(owner, "--owner"),
-        ttl_s=ttl,
-        wait_s=wait,
-        break_dead=break_dead,
-        thresholds=_thresholds() if break_dead else _default_thresholds(),
+    owner = _agent(owner, "--owner")
+    grant = acquire_lease(
+        _store(), "lock", resource, owner, ttl_s=ttl, wait_s=wait, break_dead=break_dead
     )
-    _announce(events)
     _print_grant(grant, as_json)
     return 0
-
-
-def _default_thresholds() -> Thresholds:
-    from .coord.heartbeats import Thresholds
-
-    return Thresholds()
 
 
 @lock_app.command("renew")
@@ -365,7 +349,8 @@ def claim(
     `delegate claim TASK` claims; `claim renew TASK`, `claim release TASK`, `claim list`.
     Example: delegate claim build-docs --owner writer --lease 60
     """
-    from .coord.leases import acquire, release, renew
+    from .coord.leases import release, renew
+    from .services.coord import acquire_lease
 
     words = list(words or [])
     action = words.pop(0) if words and words[0] in CLAIM_ACTIONS else "acquire"
@@ -380,17 +365,9 @@ def claim(
     store = _store()
     who = _agent(owner, "--owner")
     if action == "acquire":
-        grant, events = acquire(
-            store,
-            "claim",
-            task,
-            who,
-            ttl_s=lease,
-            wait_s=wait,
-            break_dead=break_dead,
-            thresholds=_thresholds() if break_dead else _default_thresholds(),
+        grant = acquire_lease(
+            store, "claim", task, who, ttl_s=lease, wait_s=wait, break_dead=break_dead
         )
-        _announce(events)
         _print_grant(grant, as_json)
     elif action == "renew":
         _print_grant(renew(store, "claim", task, who, ttl_s=lease), as_json)

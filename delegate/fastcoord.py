@@ -99,21 +99,20 @@ def main_lock(argv: list[str]) -> int:
             current, why = leases.check(store, "lock", resource, number)
             sys.stdout.write(why + "\n")
             return 0 if current else 1
-        owner = (
-            values.get("--owner")
-            or os.environ.get("DELEGATE_AGENT_ID")
-            or os.environ.get("DELEGATE_JOB_ID")
-        )
+        from .coord import default_agent
+
+        given = values.get("--owner")
+        owner = default_agent(str(given) if given else None)
         if not owner:
             raise UsageError("--owner is needed (or run inside a job, or set DELEGATE_AGENT_ID)")
-        owner = str(owner)
         events: list[dict[str, object]] = []
         if action == "acquire":
+            # services.coord.acquire_lease does this too; its imports would cost this path ~8 ms
             thresholds = leases.DEFAULT_THRESHOLDS
             if values.get("--break-dead"):
-                from .cli_coord import _thresholds
+                from .services.coord import heartbeat_thresholds
 
-                thresholds = _thresholds()
+                thresholds = heartbeat_thresholds()
             grant, events = leases.acquire(
                 store,
                 "lock",

@@ -478,36 +478,22 @@ def reconcile(snap: Snapshot, settings: Settings = Settings()) -> list[Action]:
                     )
                 )
             continue
-        if (
-            row.state is SessionState.RUNNING
-            and job is not None
-            and job.status is JobState.ERROR
-            and (job.error or "").startswith(ENDED_BY_RECONCILE)
-        ):
-            # failed by a pass (maybe another caller's, maybe one that crashed before its
-            # kill): the kill that goes with that verdict is still due
+        kill_reason = None
+        if row.state is SessionState.RUNNING and job is not None:
+            if job.status is JobState.ERROR and (job.error or "").startswith(ENDED_BY_RECONCILE):
+                # failed by a pass (maybe another caller's, maybe one that crashed before its
+                # kill): the kill that goes with that verdict is still due
+                kill_reason = f"job {row.job_id} {job.error}"
+            elif job.status is JobState.CANCELLED:
+                # a cancel whose kill is under way, or could not reach tmux: finish it (a
+                # session stop sets its own state before it cancels, so it never comes here)
+                kill_reason = f"job {row.job_id} cancelled; its agent was still running"
+        if kill_reason is not None:
             actions.append(
                 KillSession(
                     "kill_session",
                     row.job_id,
-                    f"job {row.job_id} {job.error}",
-                    _pane_evidence(row_pane, row_view),
-                    session=row.name,
-                    socket=row_socket,
-                )
-            )
-        elif (
-            row.state is SessionState.RUNNING
-            and job is not None
-            and job.status is JobState.CANCELLED
-        ):
-            # a cancel whose kill is under way, or could not reach tmux: finish it (a session
-            # stop sets its own state before it cancels, so it never comes here)
-            actions.append(
-                KillSession(
-                    "kill_session",
-                    row.job_id,
-                    f"job {row.job_id} cancelled; its agent was still running",
+                    kill_reason,
                     _pane_evidence(row_pane, row_view),
                     session=row.name,
                     socket=row_socket,

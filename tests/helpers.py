@@ -119,3 +119,28 @@ def read_pids(path: Path) -> list[int]:
         return [int(x) for x in path.read_text().split()]
     except (FileNotFoundError, ValueError):
         return []
+
+
+PWNED_PROMPT_B64 = "ZWNobyBwd25lZCA+IHB3bmVkLnR4dAo="  # echo pwned > pwned.txt
+
+
+def signed_assignment(
+    key: bytes, host: str, request_id: str, workdir: Path, *, issued_ms: int | None = None
+) -> bytes:
+    """An assignment of job 0badf00d (a shell agent writing pwned.txt) signed with `key`."""
+    from delegate import hostproto
+
+    job = {
+        "job_id": "0badf00d",
+        "agent": "shell",
+        "cmd": None,
+        "prompt_b64": PWNED_PROMPT_B64,
+        "workdir": str(workdir),
+        "session": None,
+        "wall_timeout_s": None,
+        "idle_timeout_s": 60,
+    }
+    issued = int(time.time() * 1000) if issued_ms is None else issued_ms
+    return hostproto.sign(
+        key, hostproto.assignment(host=host, request_id=request_id, issued_ms=issued, job=job)
+    )

@@ -20,7 +20,15 @@ from delegate import hostproto
 from delegate.model import JobState
 from delegate.services.state import State
 
-from .helpers import assert_one_line_error, cli_env, delegate_cmd, json_lines, retry_until, run_cli
+from .helpers import (
+    assert_one_line_error,
+    cli_env,
+    delegate_cmd,
+    json_lines,
+    retry_until,
+    run_cli,
+    signed_assignment,
+)
 from .tmux_fixtures import kill_processes_of
 
 
@@ -175,29 +183,12 @@ def test_forged_and_replayed_assignments_are_refused_and_audited(
     work = tmp_path / "work"
     work.mkdir()
     sides.serve(work)
-    job = {
-        "job_id": "0badf00d",
-        "agent": "shell",
-        "cmd": None,
-        "prompt_b64": "ZWNobyBwd25lZCA+IHB3bmVkLnR4dAo=",  # echo pwned > pwned.txt
-        "workdir": str(work),
-        "session": None,
-        "wall_timeout_s": None,
-        "idle_timeout_s": 60,
-    }
-    now = int(time.time() * 1000)
-    forged = hostproto.sign(
-        os.urandom(32),
-        hostproto.assignment(host="h1", request_id="r-forged", issued_ms=now, job=job),
-    )
+    key = bytes.fromhex(sides.key)
+    forged = signed_assignment(os.urandom(32), "h1", "r-forged", work)
     _publish(broker.port, "delegate/hosts/h1/assign", forged)
-    good = hostproto.sign(
-        bytes.fromhex(sides.key),
-        hostproto.assignment(host="h1", request_id="r-good", issued_ms=now, job=job),
-    )
-    stale = hostproto.sign(
-        bytes.fromhex(sides.key),
-        hostproto.assignment(host="h1", request_id="r-old", issued_ms=now - 3_600_000, job=job),
+    good = signed_assignment(key, "h1", "r-good", work)
+    stale = signed_assignment(
+        key, "h1", "r-old", work, issued_ms=int(time.time() * 1000) - 3_600_000
     )
     _publish(broker.port, "delegate/hosts/h1/assign", stale)
     _publish(broker.port, "delegate/hosts/h1/assign", good)

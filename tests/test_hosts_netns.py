@@ -17,7 +17,7 @@ import pytest
 from delegate.model import JobState
 from delegate.services.state import State
 
-from .helpers import cli_env, json_lines, retry_until
+from .helpers import cli_env, json_lines, retry_until, signed_assignment
 from .mqtt_fixtures import ROOT, make_ca, server_cert
 from .netns import Lab, netns_available
 from .tmux_fixtures import kill_processes_of
@@ -249,27 +249,11 @@ def test_forged_and_replayed_assignments_and_a_remote_cancel_across_machines(
     machines: Machines, tmp_path: Path
 ):
     m = machines
-    from delegate import hostproto
 
     work = tmp_path / "work"
     key = bytes.fromhex((tmp_path / "host.key").read_text().strip())
-    job = {
-        "job_id": "0badf00d",
-        "agent": "shell",
-        "cmd": None,
-        "prompt_b64": "ZWNobyBwd25lZCA+IHB3bmVkLnR4dAo=",  # echo pwned > pwned.txt
-        "workdir": str(work),
-        "session": None,
-        "wall_timeout_s": None,
-        "idle_timeout_s": 60,
-    }
-    now = int(time.time() * 1000)
-    forged = hostproto.sign(
-        b"\x01" * 32, hostproto.assignment(host=HOST, request_id="forged", issued_ms=now, job=job)
-    )
-    genuine = hostproto.sign(
-        key, hostproto.assignment(host=HOST, request_id="genuine", issued_ms=now, job=job)
-    )
+    forged = signed_assignment(b"\x01" * 32, HOST, "forged", work)
+    genuine = signed_assignment(key, HOST, "genuine", work)
     # published from the delegator's machine with its broker login, as an attacker holding
     # that login (but not the host key) could
     publish = (

@@ -4,3 +4,20 @@ heartbeats, the wait-for graph, board deliberation and a blackboard, all in `coo
 Every change is one SQLite transaction, so no read-modify-write can interleave with another;
 times are integer epoch milliseconds with `now` passed in (tests inject it, nothing sleeps).
 """
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # the fast path of `lock acquire` imports this package
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+AGENT_ENV = "DELEGATE_AGENT_ID"
+JOB_ENV = "DELEGATE_JOB_ID"
+
+
+def default_agent(given: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """`--owner`/`--agent` when given, else this agent's id: DELEGATE_AGENT_ID, else its job."""
+    env = os.environ if env is None else env
+    return given or env.get(AGENT_ENV) or env.get(JOB_ENV) or None

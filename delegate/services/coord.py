@@ -14,11 +14,14 @@ from typing import Any
 
 from .._logging import get_logger
 from ..config import HOME_ENV, JOB_ENV, state_home
+from ..coord import default_agent
+from ..coord.heartbeats import Thresholds
+from ..coord.leases import DEFAULT_THRESHOLDS, Grant, acquire
 from ..coord.store import CoordStore
 
 log = get_logger(__name__)
 
-AGENT_ENV = "DELEGATE_AGENT_ID"
+__all__ = ["acquire_lease", "announce", "default_agent", "heartbeat_thresholds", "open_coord"]
 
 
 def open_coord(env: Mapping[str, str] | None = None) -> CoordStore:
@@ -26,10 +29,39 @@ def open_coord(env: Mapping[str, str] | None = None) -> CoordStore:
     return CoordStore(state_home(env) / "coord.db")
 
 
-def default_agent(given: str | None, env: Mapping[str, str] | None = None) -> str | None:
-    """`--owner`/`--agent` when given, else this agent's id: DELEGATE_AGENT_ID, else its job."""
+def heartbeat_thresholds(env: Mapping[str, str] | None = None) -> Thresholds:
+    """`[heartbeat] warn/stale/dead` of delegate.toml, else the defaults."""
+    from ..profiles import config_path, load_config
+
     env = os.environ if env is None else env
-    return given or env.get(AGENT_ENV) or env.get(JOB_ENV) or None
+    config = load_config(config_path(state_home(env), env))
+    return Thresholds.from_config(config.get("heartbeat"))
+
+
+def acquire_lease(
+    store: CoordStore,
+    kind: str,
+    name: str,
+    owner: str,
+    *,
+    ttl_s: float,
+    wait_s: float = 0.0,
+    break_dead: bool = False,
+) -> Grant:
+    """`lock acquire` and `claim`: take it (breaking a DEAD holder's only when asked, judged by
+    the configured thresholds), then announce what happened on the actor's job bus."""
+    grant, events = acquire(
+        store,
+        kind,
+        name,
+        owner,
+        ttl_s=ttl_s,
+        wait_s=wait_s,
+        break_dead=break_dead,
+        thresholds=heartbeat_thresholds() if break_dead else DEFAULT_THRESHOLDS,
+    )
+    announce(events)
+    return grant
 
 
 def describe_event(event: Mapping[str, Any]) -> str:

@@ -174,19 +174,31 @@ class PresenceWatch:
         self.connection.close()
 
 
+def refresh_presence(state: State, *, listen_s: float = 1.0) -> None:
+    """Read every host's retained presence into the host book once, then stop listening. A
+    broker that cannot be reached leaves the book as it was (and says so in the log)."""
+    try:
+        watch = PresenceWatch(state, mqtt_settings(state))
+    except DelegateError as exc:
+        log.warning("hosts' presence not refreshed: %s", exc)
+        return
+    try:
+        # retained presences arrive right after subscribing, one per host, back to back
+        if watch.heard.wait(listen_s):
+            while True:
+                watch.heard.clear()
+                if not watch.heard.wait(0.1):
+                    break
+    finally:
+        watch.close()
+
+
 def host_rows(state: State, *, listen_s: float = 1.0) -> list[dict[str, Any]]:
     """Each host: when it was last heard, whether it is online, how many of its jobs run."""
     book = HostBook(state)
     names = book.names()
     if names:
-        try:
-            watch = PresenceWatch(state, mqtt_settings(state))
-        except DelegateError as exc:
-            log.warning("presence not refreshed: %s", exc)
-        else:
-            watch.heard.wait(listen_s)  # retained presences arrive right after subscribing
-            time.sleep(0.1)
-            watch.close()
+        refresh_presence(state, listen_s=listen_s)
     running: dict[str, int] = {}
     for job in state.registry.open_jobs():
         if job.host:
@@ -212,14 +224,7 @@ def host_jobs(state: State, name: str) -> list[dict[str, Any]]:
     """What host `name` last said of its open jobs (refreshed from the broker first)."""
     book = HostBook(state)
     book.key(name)  # a host of ours
-    try:
-        watch = PresenceWatch(state, mqtt_settings(state))
-    except DelegateError as exc:
-        log.warning("presence not refreshed: %s", exc)
-    else:
-        watch.heard.wait(1.0)
-        time.sleep(0.1)
-        watch.close()
+    refresh_presence(state)
     seen = book.presence(name) or {}
     return list(seen.get("jobs") or [])
 
@@ -316,6 +321,14 @@ def cancel_remote(state: State, job: Job) -> None:
 # --- the agent host -----------------------------------------------------------------------
 
 
+def _words(path: Path) -> set[str]:
+    """The ids in a one-id-per-line file this service appends to (none when it is new)."""
+    try:
+        return set(path.read_text().split())
+    except FileNotFoundError:
+        return set()
+
+
 class HostServer:
     """`delegate host serve`: one persistent MQTT session receiving this host's assignments
     and cancels, a retained presence with a last will, and a reconcile pass for its own jobs.
@@ -361,19 +374,13 @@ class HostServer:
         append_line(self.audit_path, line.encode() + b"\n")
 
     def seen_requests(self) -> set[str]:
-        try:
-            return set(self.seen_path.read_text().split())
-        except FileNotFoundError:
-            return set()
+        return _words(self.seen_path)
 
     def remember(self, request_id: str) -> None:
         append_line(self.seen_path, request_id.encode() + b"\n")
 
     def assigned_jobs(self) -> set[str]:
-        try:
-            return set(self.jobs_path.read_text().split())
-        except FileNotFoundError:
-            return set()
+        return _words(self.jobs_path)
 
     # the broker side
 

@@ -75,19 +75,15 @@ class Monitor:
         judged on what the hosts say now (once: the retained presences, then stop)."""
         if getattr(self, "_presence", None) is not None or not any(j.host for j in jobs):
             return
-        from .hosts import PresenceWatch, mqtt_settings
+        from .hosts import PresenceWatch, mqtt_settings, refresh_presence
 
+        if once:
+            refresh_presence(self.state)
+            return
         try:
-            watch = PresenceWatch(self.state, mqtt_settings(self.state))
+            self._presence = PresenceWatch(self.state, mqtt_settings(self.state))
         except DelegateError as exc:
             log.warning("monitor: hosts' presence not followed: %s", exc)
-            return
-        if once:
-            watch.heard.wait(1.0)
-            time.sleep(0.1)
-            watch.close()
-            return
-        self._presence = watch
 
     def close(self) -> None:
         if getattr(self, "_presence", None) is not None:
