@@ -433,3 +433,89 @@ def test_cancel_says_when_tmux_cannot_be_reached(home: Path, tmux_env, tmp_path:
     assert [(a["action"], a["job_id"]) for a in actions] == [("kill_session", other)]
     assert session_of(home, other).state is SessionState.TERMINATED
     assert not alive(agent)
+
+
+def _registered_with_dead_launcher(
+    state: State, tmux_env, tmp_path: Path, session: str, script: str
+):
+    from delegate.reconcile import Caps, may_start
+    from delegate.tmux import socket_path_for
+
+    job, _ = state.registry.register(agent="shell", workdir=str(tmp_path), session=session)
+    prompt = tmp_path / f"{job.job_id}.sh"
+    prompt.write_text(script)
+    state.registry.update(
+        job.job_id, tmux_socket=socket_path_for(tmux_env["DELEGATE_TMUX_SOCKET"], tmux_env)
+    )
+    dead = {"pid": 2**22 + 1, "start": 1}  # no such process
+    job = state.registry.admit(
+        job.job_id,
+        {"argv": ["bash", str(prompt)], "prompt": "file", "prompt_path": str(prompt)},
+        lambda j, others: may_start(j, others, Caps()),
+        dead,
+    )
+    return job, dead
+
+
+def test_a_launcher_that_finished_between_two_reads_is_not_taken_for_one_that_never_launched(
+    home: Path, tmux_env, tmp_path: Path, monkeypatch
+):
+    """The launcher starts the pane and exits while a pass is looking: the pass must not start
+    the job a second time (that respawned the pane, and the job died of SIGHUP)."""
+    from delegate.services import reconciler as reconciler_module
+    from delegate.services.launch import launch_in_tmux, tmux_for
+    from delegate.services.reconciler import Reconciler
+
+    state = State.open(env={**tmux_env, "DELEGATE_HOME": str(home)})
+    job, _ = _registered_with_dead_launcher(state, tmux_env, tmp_path, "dlg-race", "sleep 300\n")
+    finished = []
+
+    def launcher_finishes_now(launcher) -> bool:
+        # the launcher's last moments fall exactly while the pass is looking: it starts the
+        # pane, then is gone by the time its liveness is read
+        if not finished:
+            launch_in_tmux(state, job, tmux_for(state, job))
+            finished.append(job.job_id)
+        return False
+
+    monkeypatch.setattr(reconciler_module, "launcher_alive", launcher_finishes_now)
+    done = Reconciler(state, actor="test").run_pass()
+
+    assert finished == [job.job_id]
+    assert [d.action.kind for d in done if d.action.job_id == job.job_id] == []
+    first_pid = pane_pid(home, job.job_id)
+    assert alive(first_pid)
+    assert not [e for e in reconciled(home, job.job_id) if e["action"] == "launch_job"]
+    Tmux(tmux_env["DELEGATE_TMUX_SOCKET"], tmux_env).kill(str(job.session), job_id=job.job_id)
+
+
+def test_taking_over_a_launch_never_restarts_the_job_already_running(
+    home: Path, tmux_env, tmp_path: Path
+):
+    """Even a takeover decided on stale facts finds the job in its pane and leaves it be."""
+    from delegate.reconcile import Caps
+    from delegate.services.launch import claim_and_launch, launch_in_tmux, tmux_for
+
+    state = State.open(env={**tmux_env, "DELEGATE_HOME": str(home)})
+    marker = tmp_path / "runs"
+    job, dead = _registered_with_dead_launcher(
+        state, tmux_env, tmp_path, "dlg-takeover", f"echo run >> {marker}\nsleep 300\n"
+    )
+    launch_in_tmux(state, job, tmux_for(state, job))
+    first_pid = pane_pid(home, job.job_id)
+    # held before it can say `started` (Python takes far longer to start than this takes), so
+    # the job is still pending, as when the pass looked
+    os.kill(first_pid, signal.SIGSTOP)
+    try:
+        assert state.registry.get(job.job_id).status is JobState.PENDING
+        taken = claim_and_launch(state, job.job_id, expected_launcher=dead, cap=Caps())
+    finally:
+        os.kill(first_pid, signal.SIGCONT)
+
+    assert pane_pid(home, job.job_id) == first_pid
+    retry_until(lambda: marker.exists(), timeout=30)
+    assert alive(first_pid)
+    assert state.registry.get(job.job_id).status is JobState.RUNNING
+    assert marker.read_text() == "run\n"
+    assert taken is None  # nothing was started: not reported as a launch
+    Tmux(tmux_env["DELEGATE_TMUX_SOCKET"], tmux_env).kill(str(job.session), job_id=job.job_id)

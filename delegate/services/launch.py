@@ -73,8 +73,10 @@ def check_session_free(state: State, name: str) -> None:
         raise SessionError(f"session {name} is busy with job {hosted.job_id} ({hosted.status})")
 
 
-def launch_in_tmux(state: State, job: Job, tmux: Tmux) -> None:
-    """Start the job's wrapper in its session; a session left by an ended job is replaced."""
+def launch_in_tmux(state: State, job: Job, tmux: Tmux) -> bool:
+    """Start the job's wrapper in its session; a session left by an ended job is replaced.
+
+    False when the session already runs this very job (nothing was started)."""
     assert job.session is not None
     # Only what the wrapper needs to find its job; the agent's own environment is in
     # logs/<job>/agent.env and never passes through tmux's argv or its global environment.
@@ -99,7 +101,14 @@ def launch_in_tmux(state: State, job: Job, tmux: Tmux) -> None:
     )
     wrapper = [sys.executable, "-m", "delegate.wrapper", job.job_id]
     try:
-        if tmux.has_session(job.session):
+        panes = [p for p in tmux.panes(owned_only=False) if p.session == job.session]
+        running = [p for p in panes if p.job_id == job.job_id and not p.dead]
+        if running:
+            # This very job already runs there (a launcher we took for dead had launched it):
+            # respawning would kill it with SIGHUP. Adopt the pane instead.
+            sessions.set_pane_pid(job.session, running[0].pid)
+            return False
+        if panes:
             # The session of an ended job (kept for inspection, or stopped to be resumed): the
             # same tmux session goes on, its pane respawned, once what is left of that job ends.
             old_job = previous.job_id if previous is not None else None
@@ -118,12 +127,14 @@ def launch_in_tmux(state: State, job: Job, tmux: Tmux) -> None:
         )
         raise
     sessions.set_pane_pid(job.session, pane_pid)
+    return True
 
 
 def claim_and_launch(
     state: State, job_id: str, *, expected_launcher: Mapping[str, Any] | None, cap: Caps
 ) -> Job | None:
-    """Claim a queued (or abandoned pending) job and start it; None when not ours to start.
+    """Claim a queued (or abandoned pending) job and start it; None when not ours to start
+    (claimed by another, no slot free, or found already running in its session).
 
     A launch that fails ends the job with `never_launched` and the reason.
     """
@@ -136,13 +147,13 @@ def claim_and_launch(
     if job is None:
         return None
     try:
-        launch_in_tmux(state, job, tmux_for(state, job))
+        started = launch_in_tmux(state, job, tmux_for(state, job))
     except DelegateError as exc:
         from ..model import JobState
 
         state.registry.finish_if_open(job_id, JobState.ERROR, reason=f"never_launched: {exc}")
         raise
-    return job
+    return job if started else None
 
 
 def start_detached_supervisor(state: State, job_id: str) -> subprocess.Popen[bytes]:

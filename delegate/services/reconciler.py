@@ -134,6 +134,15 @@ class Reconciler:
         """
         registry = self.state.registry
         jobs = {j.job_id: j for j in registry.open_jobs()}
+        # Whose launcher still runs is read before the session rows: a launcher that was gone
+        # by then had written every row it would write, so a pending job with no row really
+        # was never launched. (Read after, a launcher finishing in between looked like one that
+        # died before launching, and its running job was launched a second time.)
+        alive = frozenset(
+            j.job_id
+            for j in jobs.values()
+            if j.status is JobState.PENDING and j.launch and launcher_alive(j.launcher)
+        )
         rows = inventory(self.state).live()
         if only_job is not None:
             own = jobs.get(only_job)
@@ -159,11 +168,6 @@ class Reconciler:
         live_names = {r.name for r in rows}
         unknown = sorted({p.session for v in views.values() for p in v.panes} - live_names)
         closed = list(inventory(self.state).by_names(unknown).values()) if unknown else []
-        alive = frozenset(
-            j.job_id
-            for j in jobs.values()
-            if j.status is JobState.PENDING and j.launch and launcher_alive(j.launcher)
-        )
         remote = [j for j in jobs.values() if j.host and not j.status.terminal]
         hosts = {}
         if remote:
