@@ -123,6 +123,9 @@ class Snapshot:
     closed_sessions: Sequence[Session] = ()  # closed rows of sessions tmux still shows
     # per agent host of an open job: (seconds since it was last heard, its lost_after)
     hosts: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # per pending job on an agent host whose launcher is gone: when its assignment was sent
+    # (absent: never sent)
+    assigned_at: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -404,7 +407,18 @@ def reconcile(snap: Snapshot, settings: Settings = Settings()) -> list[Action]:
                 }
                 fail(job, HOST_LOST, evidence, kill_row=None)
                 continue
-            reason = deadline_passed(job, snap.now) if job.status is JobState.RUNNING else None
+            if job.status is JobState.RUNNING:
+                reason = deadline_passed(job, now)
+            elif job.job_id in snap.launchers_alive:
+                continue  # its submit is still assigning it
+            elif job.job_id not in snap.assigned_at:
+                evidence = {"host": job.host, "launcher": job.launcher}
+                fail(job, NEVER_LAUNCHED, evidence, kill_row=None)
+                continue
+            else:
+                # assigned, not started yet: measured from the assignment, as a local job is
+                # from its launch, so a host that never starts it does not keep it open
+                reason = deadline_passed(job, now, launched_at=snap.assigned_at[job.job_id])
             if reason is not None:
                 fail(job, reason, _deadline_evidence(job, now), kill_row=None)
             continue

@@ -270,6 +270,55 @@ def test_a_host_that_dies_fails_its_jobs_host_lost(sides: Sides, tmp_path: Path)
     assert evidence[0]["evidence"]["host"] == "h1"
 
 
+def test_a_remote_job_whose_submit_died_before_assigning_it_ends_never_launched(
+    sides: Sides, tmp_path: Path
+):
+    """Registered for h1, then its submit was killed before the assignment went out: no one
+    would ever start it, so the policy ends it instead of leaving it pending for good."""
+    here = State.open(env={"DELEGATE_HOME": str(sides.home)})
+    job, _ = here.registry.register(agent="shell", workdir=str(tmp_path), host="h1")
+    here.registry.update(job.job_id, launcher={"pid": 2**22 + 1, "start": 1})  # no such process
+    actions = json_lines(
+        run_cli(sides.home, "monitor", "--once", "--json", env=sides.env, timeout=60).stdout
+    )
+    assert [(a["action"], a["job_id"]) for a in actions] == [("fail_job", job.job_id)]
+    ended = here.registry.get(job.job_id)
+    assert ended.status is JobState.ERROR and ended.error == "never_launched"
+    assert here.audit.read_events(job.job_id, "reconciled")[0]["evidence"]["host"] == "h1"
+
+
+def test_an_assignment_the_host_never_starts_does_not_keep_the_job_open(
+    sides: Sides, tmp_path: Path
+):
+    """The host is up but refuses the assignment (it was given the wrong key): the job is
+    measured from its assignment like a local job from its launch, and ends idle_timeout."""
+    work = tmp_path / "work"
+    work.mkdir()
+    sides.key_file.write_text(os.urandom(32).hex() + "\n")
+    sides.serve(work)
+    submitted = sides.submit("echo never > out.txt", "--no-wait", "--idle-timeout", "2")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    retry_until(
+        lambda: (
+            [a.get("reason") for a in sides.host_audit() if a["kind"] == "refused"]
+            == ["bad_signature"]
+        ),
+        timeout=30,
+    )
+    here = State.open(env={"DELEGATE_HOME": str(sides.home)})
+    assert here.registry.get(job_id).status is JobState.PENDING
+
+    def ended_by_a_pass():
+        run_cli(sides.home, "monitor", "--once", env=sides.env, timeout=60)
+        job = here.registry.get(job_id)
+        return job.status.terminal and job
+
+    ended = retry_until(ended_by_a_pass, timeout=30, interval=0.5)
+    assert ended.status is JobState.ERROR and ended.error == "idle_timeout"
+    assert not (work / "out.txt").exists()
+
+
 def test_host_commands_refuse_bad_input(sides: Sides, tmp_path: Path):
     for args in (
         ["host", "add", "bad name"],

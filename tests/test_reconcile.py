@@ -14,6 +14,7 @@ from delegate.model import Job, JobState, SessionState
 from delegate.reconcile import (
     AGENT_EXITED,
     IDLE_TIMEOUT,
+    NEVER_LAUNCHED,
     TMUX_GONE,
     WALL_TIMEOUT,
     ApplyEvent,
@@ -339,3 +340,22 @@ def test_a_kill_lost_to_a_crash_after_the_verdict_is_carried_out_next_pass():
     reported = job(status=JobState.ERROR, error="agent_error: tests failed")
     actions = reconcile(snap([reported], [pane(reported, dead=True, status=1)], [row(reported)]))
     assert [(type(a), a.state) for a in actions] == [(SetSession, SessionState.STOPPED)]
+
+
+def test_a_pending_remote_job_is_assigned_or_ended():
+    remote = job(status=JobState.PENDING, host="h1", session=None, tmux_socket=None, launch=None)
+    heard = {"hosts": {"h1": (1.0, 60.0)}}
+    # its submit still runs: it is assigning it
+    assert reconcile(snap([remote], launchers_alive=frozenset({remote.job_id}), **heard)) == []
+    # its submit died before sending it: no one will ever start it
+    (never,) = reconcile(snap([remote], **heard))
+    assert isinstance(never, FailJob) and never.reason == NEVER_LAUNCHED
+    assert never.evidence["host"] == "h1"
+    # sent a while ago, not started: measured from the assignment like a launch
+    assert reconcile(snap([remote], assigned_at={remote.job_id: at(10)}, **heard)) == []
+    (late,) = reconcile(snap([remote], assigned_at={remote.job_id: at(601)}, **heard))
+    assert isinstance(late, FailJob) and late.reason == IDLE_TIMEOUT
+    # a host lost wins over all of it
+    lost = {"hosts": {"h1": (61.0, 60.0)}}
+    (gone,) = reconcile(snap([remote], assigned_at={remote.job_id: at(10)}, **lost))
+    assert gone.reason == "host_lost"

@@ -141,8 +141,15 @@ class Reconciler:
         alive = frozenset(
             j.job_id
             for j in jobs.values()
-            if j.status is JobState.PENDING and j.launch and launcher_alive(j.launcher)
+            if j.status is JobState.PENDING and (j.launch or j.host) and launcher_alive(j.launcher)
         )
+        # read after the launchers, for the same reason: a gone launcher wrote its last line
+        assigned_at = {
+            j.job_id: sent[-1]["ts"]
+            for j in jobs.values()
+            if j.host and j.status is JobState.PENDING and j.job_id not in alive
+            if (sent := self.state.audit.read_events(j.job_id, kind="assigned"))
+        }
         rows = inventory(self.state).live()
         if only_job is not None:
             own = jobs.get(only_job)
@@ -183,6 +190,7 @@ class Reconciler:
             now=self.now(),
             events=events,
             launchers_alive=alive,
+            assigned_at=assigned_at,
         )
         self.last_snapshot = snap
         return snap
