@@ -19,6 +19,7 @@ from typing import NamedTuple
 from .errors import DelegateError
 from .fsio import PRIVATE_FILE
 from .model import SESSION_TRANSITIONS, SessionState
+from .sqlite_schema import ensure_schema, statements
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -81,6 +82,12 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _migrate(conn: sqlite3.Connection, found: int) -> None:
+    if found == 1:
+        conn.execute("ALTER TABLE sessions ADD COLUMN socket TEXT")
+    statements(_SCHEMA)(conn, found)
+
+
 class SessionInventory:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -88,19 +95,7 @@ class SessionInventory:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE))
         try:
             with self._connect() as conn:
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                if version != SCHEMA_VERSION:
-                    conn.execute("PRAGMA journal_mode = WAL")
-                    conn.execute("BEGIN IMMEDIATE")
-                    version = conn.execute("PRAGMA user_version").fetchone()[0]
-                    if version == 1:
-                        conn.execute("ALTER TABLE sessions ADD COLUMN socket TEXT")
-                    if version != SCHEMA_VERSION:
-                        for statement in _SCHEMA.split(";"):
-                            if statement.strip():
-                                conn.execute(statement)
-                        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                    conn.execute("COMMIT")
+                ensure_schema(conn, SCHEMA_VERSION, _migrate, timeout_s=10)
         except sqlite3.Error as exc:
             raise SessionError(f"cannot open the session inventory {path}: {exc}") from None
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..errors import BusError
 from ..fsio import PRIVATE_FILE, atomic_write, ensure_private_dir
+from ..sqlite_schema import ensure_schema, statements
 from . import Message
 
 BLOB_THRESHOLD = 4096
@@ -68,10 +69,9 @@ class SqliteBus:
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE))
             # Publishing may come from any thread (a monitor's workers); calls are serialised.
             conn = _connect(path, shared=True)
-            if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.executescript(_SCHEMA)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            ensure_schema(
+                conn, SCHEMA_VERSION, statements(_SCHEMA), timeout_s=BUSY_TIMEOUT_MS / 1000
+            )
         except (OSError, sqlite3.Error) as exc:
             raise BusError(f"cannot open the SQLite bus at {path}: {exc}") from None
         self._conn = conn

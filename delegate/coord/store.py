@@ -14,6 +14,7 @@ import sqlite3
 import time
 
 from ..errors import DelegateError
+from ..sqlite_schema import ensure_schema, statements
 
 TYPE_CHECKING = False  # `lock acquire` opens the store: no typing or contextlib on its path
 if TYPE_CHECKING:
@@ -116,14 +117,9 @@ class CoordStore:
             self.conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
             self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self.conn.execute("PRAGMA synchronous = NORMAL")
-            if self.conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-                self.conn.execute("PRAGMA journal_mode = WAL")  # persistent; not in a transaction
-                with self.write():  # two first openers: the second finds the tables made
-                    if self.conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-                        # not executescript: it would commit the open transaction first
-                        for statement in filter(str.strip, _SCHEMA.split(";")):
-                            self.conn.execute(statement)
-                        self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            ensure_schema(
+                self.conn, SCHEMA_VERSION, statements(_SCHEMA), timeout_s=BUSY_TIMEOUT_MS / 1000
+            )
         except (OSError, sqlite3.Error) as exc:
             raise CoordError(f"cannot open the coordination database {path}: {exc}") from None
 
