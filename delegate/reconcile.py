@@ -412,8 +412,15 @@ def reconcile(snap: Snapshot, settings: Settings = Settings()) -> list[Action]:
             elif job.job_id in snap.launchers_alive:
                 continue  # its submit is still assigning it
             elif job.job_id not in snap.assigned_at:
-                evidence = {"host": job.host, "launcher": job.launcher}
-                fail(job, NEVER_LAUNCHED, evidence, kill_row=None)
+                actions.append(
+                    LaunchJob(
+                        "launch_job",
+                        job.job_id,
+                        "registered but never assigned (its launcher is gone)",
+                        {"host": job.host, "launcher": job.launcher},
+                        expected_launcher=job.launcher,
+                    )
+                )
                 continue
             else:
                 # assigned, not started yet: measured from the assignment, as a local job is

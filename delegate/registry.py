@@ -276,8 +276,10 @@ class Registry:
         job_id: str | None = None,
         token_for: Callable[[str], str] | None = None,
         host: str | None = None,
+        launcher: dict[str, Any] | None = None,
     ) -> tuple[Job, bool]:
-        """Create a pending job; return (job, created).
+        """Create a pending job; return (job, created). `launcher`: the process that will
+        start it (a remote job is claimed from birth: it is admitted by no one else).
 
         With an idempotency key already used, return that job and created=False. The key file
         is written before the record, so a crash in between is completed by the next call with
@@ -329,6 +331,7 @@ class Registry:
                 idempotency_key=idempotency_key,
                 launch=dict(launch or {}),
                 host=host,
+                launcher=launcher,
             )
             self._set_open_marker(job_id, True)
             self._set_pending_marker(job_id, True)

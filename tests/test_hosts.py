@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -270,21 +271,50 @@ def test_a_host_that_dies_fails_its_jobs_host_lost(sides: Sides, tmp_path: Path)
     assert evidence[0]["evidence"]["host"] == "h1"
 
 
-def test_a_remote_job_whose_submit_died_before_assigning_it_ends_never_launched(
+# `delegate submit --host h1`, its process killed outright just as it would send the assignment
+SUBMIT_DIES_BEFORE_SENDING = """
+import os, sys
+from delegate.services import hosts
+hosts.assign = lambda *args, **kwargs: os._exit(9)
+from delegate.__main__ import main
+sys.argv = ["delegate", *sys.argv[1:]]
+sys.exit(main())
+"""
+
+
+def test_a_remote_job_whose_submit_died_before_assigning_it_is_assigned_by_the_monitor(
     sides: Sides, tmp_path: Path
 ):
-    """Registered for h1, then its submit was killed before the assignment went out: no one
-    would ever start it, so the policy ends it instead of leaving it pending for good."""
+    work = tmp_path / "work"
+    work.mkdir()
+    sides.serve(work)
+    submit = ["submit", "--host", "h1", "--agent", "shell", "--no-wait"]
+    died = subprocess.run(
+        [sys.executable, "-c", SUBMIT_DIES_BEFORE_SENDING, *submit, "--prompt", "echo late"],
+        env=sides.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert died.returncode == 9, died.stderr
     here = State.open(env={"DELEGATE_HOME": str(sides.home)})
-    job, _ = here.registry.register(agent="shell", workdir=str(tmp_path), host="h1")
-    here.registry.update(job.job_id, launcher={"pid": 2**22 + 1, "start": 1})  # no such process
+    (job,) = here.registry.list()
+    assert job.status is JobState.PENDING and not here.audit.read_events(job.job_id, "assigned")
     actions = json_lines(
         run_cli(sides.home, "monitor", "--once", "--json", env=sides.env, timeout=60).stdout
     )
-    assert [(a["action"], a["job_id"]) for a in actions] == [("fail_job", job.job_id)]
-    ended = here.registry.get(job.job_id)
-    assert ended.status is JobState.ERROR and ended.error == "never_launched"
+    assert [(a["action"], a["job_id"]) for a in actions] == [("launch_job", job.job_id)]
     assert here.audit.read_events(job.job_id, "reconciled")[0]["evidence"]["host"] == "h1"
+    # sent once, by the monitor; the host runs it and its outcome comes back
+    assert len(here.audit.read_events(job.job_id, "assigned")) == 1
+    ended = retry_until(
+        lambda: (j := here.registry.get(job.job_id)).status.terminal and j, timeout=60
+    )
+    assert ended.status is JobState.COMPLETED
+    assert [e["event"] for e in here.audit.read_events(job.job_id, "received")] == [
+        "started",
+        "completed",
+    ]
 
 
 def test_an_assignment_the_host_never_starts_does_not_keep_the_job_open(
@@ -515,3 +545,36 @@ def test_host_remove_is_refused_while_jobs_run_and_re_adding_rotates_the_key(
     )
     assert not (work / "never.txt").exists()
     assert_one_line_error(run_cli(sides.home, "host", "remove", "nowhere", env=sides.env))
+
+
+def test_a_host_forgets_what_can_no_longer_matter_when_it_starts(sides: Sides, tmp_path: Path):
+    """Request ids outside twice the time window (a replay of one is refused as stale anyway)
+    and jobs that ended a week ago are dropped; what could still matter is kept."""
+    from delegate.services.hosts import HostServer
+
+    there = State.open(env=sides.host_env)
+    there.registry.register(agent="shell", job_id="0000aaaa")  # still open
+    ended, _ = there.registry.register(agent="shell", job_id="0000bbbb")
+    there.registry.transition(ended.job_id, JobState.RUNNING)
+    there.registry.finish_if_open(ended.job_id, JobState.COMPLETED, reason=None)
+    later = int(time.time() * 1000) + 8 * 86_400_000  # the service starts 8 days on
+    server = HostServer(
+        there, "h1", bytes.fromhex(sides.key), workdir=tmp_path, now_ms=lambda: later
+    )
+    window = hostproto.WINDOW_MS
+    server.seen_path.write_text(
+        f"r-recent {later - window}\nr-old {later - 3 * window}\nr-v1-line\n"
+    )
+    server.jobs_path.write_text("0000aaaa\n0000bbbb\n0000cccc\n0000aaaa\n")
+
+    server.compact_memory()
+
+    assert server.seen_requests() == {"r-recent", "r-v1-line"}
+    assert server.seen_path.read_text().splitlines()[1] == f"r-v1-line {later}"
+    assert server.assigned_jobs() == {"0000aaaa"}
+    assert server.jobs_path.read_text() == "0000aaaa\n"
+    # a replay of a remembered request is still refused
+    replay = signed_assignment(bytes.fromhex(sides.key), "h1", "r-recent", tmp_path)
+    server.now_ms = lambda: int(time.time() * 1000)
+    server.handle("assign", replay)
+    assert [a["reason"] for a in sides.host_audit() if a["kind"] == "refused"] == ["replayed"]

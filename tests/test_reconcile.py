@@ -14,7 +14,6 @@ from delegate.model import Job, JobState, SessionState
 from delegate.reconcile import (
     AGENT_EXITED,
     IDLE_TIMEOUT,
-    NEVER_LAUNCHED,
     TMUX_GONE,
     WALL_TIMEOUT,
     ApplyEvent,
@@ -347,9 +346,9 @@ def test_a_pending_remote_job_is_assigned_or_ended():
     heard = {"hosts": {"h1": (1.0, 60.0)}}
     # its submit still runs: it is assigning it
     assert reconcile(snap([remote], launchers_alive=frozenset({remote.job_id}), **heard)) == []
-    # its submit died before sending it: no one will ever start it
+    # its submit died before sending it: sent by whoever runs the policy, once (a claim)
     (never,) = reconcile(snap([remote], **heard))
-    assert isinstance(never, FailJob) and never.reason == NEVER_LAUNCHED
+    assert isinstance(never, LaunchJob) and never.expected_launcher == remote.launcher
     assert never.evidence["host"] == "h1"
     # sent a while ago, not started: measured from the assignment like a launch
     assert reconcile(snap([remote], assigned_at={remote.job_id: at(10)}, **heard)) == []

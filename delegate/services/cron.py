@@ -428,19 +428,18 @@ def _submit_window(state: State, entry: dict[str, Any], window: datetime) -> tup
     prompt = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=None)
     request = SubmitRequest.from_settings(settings, prompt)
     if settings.get("host"):  # an agent host's job: assigned over the broker
-        from .hosts import assign
+        from .hosts import ASSIGNMENT_FILE, save_assignment
         from .submit import submit_remote
 
         result = submit_remote(state, request, settings["host"], wait=False)
         job = result.job
-        never_assigned = not state.audit.read_events(job.job_id, "assigned")
-        if not result.created and job.status is JobState.PENDING and never_assigned:
-            # registered, then a crash before its assignment went out: send it now (and the
-            # host takes a job id only once, should two runs both get here)
-            assign(state, job, prompt, request)
-            return job.job_id, False, True
-        return job.job_id, result.created, False
-    result = submit(state, request, wait=False)
+        saved = state.audit.job_dir(job.job_id) / ASSIGNMENT_FILE
+        if not result.created and job.status is JobState.PENDING and not saved.exists():
+            # the run that registered it died before even saving what to send: this run
+            # knows, from the same job file
+            save_assignment(state, job, prompt, request)
+    else:
+        result = submit(state, request, wait=False)
     job = result.job
     launched = False
     if not result.created and job.status is JobState.PENDING and not launcher_alive(job.launcher):

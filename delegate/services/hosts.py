@@ -257,6 +257,9 @@ def host_ages(state: State, jobs: list[Job], now_ms: int) -> dict[str, tuple[flo
 # --- remote submit and cancel -------------------------------------------------------------
 
 
+ASSIGNMENT_FILE = "assignment.json"
+
+
 def assignment_for(job: Job, prompt: bytes, request: Any) -> dict[str, Any]:
     return {
         "job_id": job.job_id,
@@ -287,16 +290,27 @@ def _send(state: State, job: Job, what: str, build: Callable[[str, int], dict[st
     return request_id
 
 
-def assign(state: State, job: Job, prompt: bytes, request: Any) -> str:
-    """Publish the job's signed assignment to its host; returns the request id."""
+def save_assignment(state: State, job: Job, prompt: bytes, request: Any) -> None:
+    """Keep what the host will be sent (prompt included, 0600) in the job's folder before it
+    is sent: a submit that dies before sending leaves it for the monitor or cron to send."""
+    path = state.audit.job_dir(job.job_id, create=True) / ASSIGNMENT_FILE
+    atomic_write(path, json.dumps(assignment_for(job, prompt, request)).encode())
+
+
+def assign(state: State, job: Job) -> str:
+    """Publish the job's saved assignment, signed, to its host; returns the request id."""
     assert job.host is not None
     host = job.host
+    try:
+        body = json.loads((state.audit.job_dir(job.job_id) / ASSIGNMENT_FILE).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise DelegateError(f"job {job.job_id} has no assignment to send: {exc}") from None
     request_id = _send(
         state,
         job,
         "assign",
         lambda rid, issued: hostproto.assignment(
-            host=host, request_id=rid, issued_ms=issued, job=assignment_for(job, prompt, request)
+            host=host, request_id=rid, issued_ms=issued, job=body
         ),
     )
     state.audit.append(job.job_id, "assigned", host=host, request_id=request_id)
@@ -321,12 +335,29 @@ def cancel_remote(state: State, job: Job) -> None:
 # --- the agent host -----------------------------------------------------------------------
 
 
-def _words(path: Path) -> set[str]:
-    """The ids in a one-id-per-line file this service appends to (none when it is new)."""
+def _lines(path: Path) -> list[list[str]]:
+    """The words of each line of a file this service appends to (none when it is new)."""
     try:
-        return set(path.read_text().split())
+        text = path.read_text()
     except FileNotFoundError:
-        return set()
+        return []
+    return [words for line in text.splitlines() if (words := line.split())]
+
+
+def _words(path: Path) -> set[str]:
+    """The first word (an id) of each line."""
+    return {words[0] for words in _lines(path)}
+
+
+def _ms(timestamp: str) -> int:
+    from ..registry import parse_timestamp
+
+    return int(parse_timestamp(timestamp).timestamp() * 1000)
+
+
+# A job's id stays in `host-NAME.jobs` this long after it ended: its last events may still wait
+# on the local bus for the relay (a link down, a restart), and only listed jobs are relayed.
+ENDED_JOB_KEPT_S = 7 * 86400
 
 
 class HostServer:
@@ -376,8 +407,34 @@ class HostServer:
     def seen_requests(self) -> set[str]:
         return _words(self.seen_path)
 
-    def remember(self, request_id: str) -> None:
-        append_line(self.seen_path, request_id.encode() + b"\n")
+    def remember(self, request_id: str, issued_ms: int) -> None:
+        append_line(self.seen_path, f"{request_id} {issued_ms}\n".encode())
+
+    def compact_memory(self) -> None:
+        """Forget what can no longer matter, so the files stay small and each request is
+        checked against a short list: request ids issued outside twice the time window (a
+        replay of one is refused as stale anyway), and jobs that ended long ago."""
+        now = self.now_ms()
+        recent = [
+            f"{words[0]} {issued}"
+            for words in _lines(self.seen_path)
+            # a line of an older version has no time: kept one more round, dated now
+            if (issued := int(words[1]) if len(words) > 1 and words[1].isdigit() else now)
+            >= now - 2 * hostproto.WINDOW_MS
+        ]
+        if self.seen_path.exists():
+            atomic_write(self.seen_path, "".join(f"{line}\n" for line in recent).encode())
+        kept = []
+        for job_id in dict.fromkeys(words[0] for words in _lines(self.jobs_path)):
+            try:
+                job = self.state.registry.get(job_id)
+            except DelegateError:
+                continue  # never registered here (refused at launch): nothing to relay
+            ended_s = (now - _ms(job.updated_at)) / 1000
+            if not job.status.terminal or ended_s < ENDED_JOB_KEPT_S:
+                kept.append(job_id)
+        if self.jobs_path.exists():
+            atomic_write(self.jobs_path, "".join(f"{j}\n" for j in kept).encode())
 
     def assigned_jobs(self) -> set[str]:
         return _words(self.jobs_path)
@@ -468,7 +525,7 @@ class HostServer:
             self._launch(message)
         else:
             self._cancel(message)
-        self.remember(str(message["request_id"]))
+        self.remember(str(message["request_id"]), int(message["issued_ms"]))
 
     def _launch(self, message: dict[str, Any]) -> None:
         from .submit import SubmitRequest, submit
@@ -576,6 +633,7 @@ class HostServer:
     def serve(self) -> None:
         from .reconciler import Reconciler
 
+        self.compact_memory()
         self.connect()
         relay = threading.Thread(target=self._relay_logged, name="relay", daemon=True)
         relay.start()

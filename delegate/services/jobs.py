@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ..errors import UsageError
 from ..model import Job, JobState
@@ -34,6 +35,7 @@ def register_job(
     job_id: str | None = None,
     token_for: Callable[[str], str] | None = None,
     host: str | None = None,
+    launcher: dict[str, Any] | None = None,
 ) -> tuple[Job, bool]:
     """Create a pending job (or return the one an idempotency key already made)."""
     if idempotency_key is not None and not idempotency_key.strip():
@@ -51,6 +53,7 @@ def register_job(
         job_id=job_id,
         token_for=token_for,
         host=host,
+        launcher=launcher,
     )
 
 

@@ -147,6 +147,11 @@ def claim_and_launch(
     if job is None:
         return None
     try:
+        if job.host is not None:
+            from .hosts import assign
+
+            assign(state, job)  # its submit died before sending it; the host takes an id once
+            return job
         started = launch_in_tmux(state, job, tmux_for(state, job))
     except DelegateError as exc:
         from ..model import JobState

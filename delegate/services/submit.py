@@ -217,7 +217,7 @@ def submit_remote(
     from the host key, start following the job, then publish its signed assignment. The host
     resolves the profile and launches it in its own tmux."""
     from .. import hostproto
-    from .hosts import HostBook, assign, mqtt_settings
+    from .hosts import HostBook, assign, mqtt_settings, save_assignment
 
     if request.agent is None and request.cmd is None:
         raise UsageError("give --agent NAME or --cmd COMMAND")
@@ -244,15 +244,17 @@ def submit_remote(
         bus_url=request.bus_url,
         token_for=lambda job_id: hostproto.job_token(key, job_id),
         host=host,
+        launcher=this_launcher(),  # until the assignment is sent, a crash here is noticed
     )
     if not created:
         return _follow_existing(state, job, wait=wait, emit=emit)
+    save_assignment(state, job, request.prompt, request)
     return _follow_and_start(
         state,
         job,
         wait=wait,
         emit=emit,
-        start=lambda: assign(state, job, request.prompt, request),
+        start=lambda: assign(state, job),
         failure="assign_failed",
     )
 
