@@ -578,3 +578,61 @@ def test_a_host_forgets_what_can_no_longer_matter_when_it_starts(sides: Sides, t
     server.now_ms = lambda: int(time.time() * 1000)
     server.handle("assign", replay)
     assert [a["reason"] for a in sides.host_audit() if a["kind"] == "refused"] == ["replayed"]
+
+
+def test_on_event_runs_here_for_a_job_on_a_host(sides: Sides, tmp_path: Path):
+    """The delegator hears the events, so it runs the job's --on-event command, once each."""
+    work = tmp_path / "work"
+    work.mkdir()
+    sides.serve(work)
+    heard = tmp_path / "heard.ndjson"
+    notifier = tmp_path / "notify.sh"
+    notifier.write_text(f'#!/bin/sh\ncat >> "{heard}"\necho >> "{heard}"\n')
+    notifier.chmod(0o755)
+    result = sides.submit(
+        'delegate publish --event permission_required --detail "may I?"',
+        "--wait",
+        "--on-event",
+        f"{notifier} --flag",
+    )
+    assert result.returncode == 0, result.stderr
+    job_id = json_lines(result.stdout)[0]["job_id"]
+    retry_until(lambda: heard.exists() and len(json_lines(heard.read_text())) >= 2, timeout=30)
+    events = json_lines(heard.read_text())
+    assert [(e["event"], e["job_id"]) for e in events] == [
+        ("permission_required", job_id),
+        ("completed", job_id),
+    ]
+    here = State.open(env={"DELEGATE_HOME": str(sides.home)})
+    notified = here.audit.read_events(job_id, kind="notified")
+    assert [(n["event"], n["argv"]) for n in notified] == [
+        ("permission_required", [str(notifier), "--flag"]),
+        ("completed", [str(notifier), "--flag"]),
+    ]
+
+
+def test_a_job_the_host_cannot_launch_ends_at_once_with_the_hosts_reason(
+    sides: Sides, tmp_path: Path
+):
+    work = tmp_path / "work"
+    work.mkdir()
+    sides.serve(work)
+    started = time.monotonic()
+    result = subprocess.run(
+        delegate_cmd("submit", "--host", "h1", "--agent", "nosuch", "--wait", "--prompt", "hi"),
+        env=sides.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    events = json_lines(result.stdout)
+    assert [e["event"] for e in events] == ["error"]
+    assert "host h1 could not launch it" in events[0]["detail"]
+    assert "nosuch" in events[0]["detail"]
+    assert time.monotonic() - started < 60  # not after an idle timeout
+    job_id = events[0]["job_id"]
+    here = State.open(env={"DELEGATE_HOME": str(sides.home)})
+    assert here.registry.get(job_id).status is JobState.ERROR
+    refused = [a for a in sides.host_audit() if a["kind"] == "refused"]
+    assert [(a["reason"], a["job_id"]) for a in refused] == [("launch_failed", job_id)]

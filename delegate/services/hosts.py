@@ -26,7 +26,7 @@ from .._logging import get_logger
 from ..audit import _now_iso
 from ..errors import DelegateError, UsageError
 from ..fsio import append_line, atomic_write, ensure_private_dir
-from ..model import Job, JobState
+from ..model import Job, JobState, validate_job_id
 from .state import State
 
 log = get_logger(__name__)
@@ -532,12 +532,15 @@ class HostServer:
 
         job = message.get("job") or {}
         job_id = str(job.get("job_id", ""))
+        told = False
         try:
             if self.state.registry.exists(job_id):
                 raise UsageError(f"job {job_id} was already assigned here")
+            validate_job_id(job_id)
+            append_line(self.jobs_path, job_id.encode() + b"\n")  # before it can say anything
+            told = True  # from here on, a failure is the job's: its delegator is told
             prompt = base64.b64decode(str(job.get("prompt_b64", "")), validate=True)
             workdir = Path(job["workdir"]) if job.get("workdir") else self.workdir
-            append_line(self.jobs_path, job_id.encode() + b"\n")  # before it can say anything
             request = SubmitRequest(
                 bus_url=self.state.layout.default_bus_url(),  # this host's own bus; relayed
                 prompt=prompt,
@@ -561,8 +564,42 @@ class HostServer:
                 detail=str(exc),
             )
             log.warning("host %s could not launch job %s: %s", self.name, job_id, exc)
+            if told:
+                self._tell_launch_failed(job_id, exc)
             return
         self.audit("assigned", job_id=job_id, request_id=message["request_id"])
+
+    def _tell_launch_failed(self, job_id: str, exc: BaseException) -> None:
+        """A job this host could not launch (an agent it has no profile for, a folder it lacks)
+        ends `error` at once on the delegator, with the reason, instead of waiting there for a
+        `started` that never comes: a signed `error` event, relayed like the job's own would be.
+        Signed here, not through `publish`: the local record is already ended, and a job that
+        failed this early has said nothing, so the event is its first."""
+        from ..protocol import build_envelope, encode, sign
+
+        try:
+            seq = self.state.registry.get(job_id).last_seq + 1
+        except DelegateError:
+            seq = 1  # refused before it was registered here
+        envelope = sign(
+            build_envelope(
+                job_id=job_id,
+                seq=seq,
+                event="error",
+                detail=f"host {self.name} could not launch it: {exc}"[:500],
+            ),
+            hostproto.job_token(self.key, job_id),
+        )
+        try:
+            from ..bus.sqlite import SqliteBus
+
+            bus = SqliteBus(self.state.layout.bus_db)  # the relay forwards it to the broker
+            try:
+                bus.publish(job_id, encode(envelope), retain=True)
+            finally:
+                bus.close()
+        except DelegateError as exc2:
+            log.warning("could not tell the delegator that job %s failed: %s", job_id, exc2)
 
     def _cancel(self, message: dict[str, Any]) -> None:
         from .submit import cancel

@@ -226,8 +226,9 @@ def submit_remote(
             f"the prompt is {len(request.prompt)} bytes, over the {hostproto.MAX_ASSIGNMENT}"
             " bytes an assignment may carry"
         )
-    if request.max_running is not None or request.on_event is not None:
-        raise UsageError("--max-running and --on-event are not available with --host yet")
+    if request.max_running is not None:
+        raise UsageError("--max-running is not available with --host yet")
+    notify = parse_on_event(request.on_event)  # run here, by whoever sees the event first
     if request.session is not None:
         validate_session_name(request.session)
     key = HostBook(state).key(host)
@@ -248,6 +249,8 @@ def submit_remote(
     )
     if not created:
         return _follow_existing(state, job, wait=wait, emit=emit)
+    if notify is not None:
+        job = state.registry.update(job.job_id, notify=notify)
     save_assignment(state, job, request.prompt, request)
     return _follow_and_start(
         state,
