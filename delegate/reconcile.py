@@ -126,6 +126,8 @@ class Snapshot:
     # per pending job on an agent host whose launcher is gone: when its assignment was sent
     # (absent: never sent)
     assigned_at: Mapping[str, str] = field(default_factory=dict)
+    # jobs their host's last presence shows queued there (its own caps): waiting for a slot
+    queued_on_host: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -422,6 +424,8 @@ def reconcile(snap: Snapshot, settings: Settings = Settings()) -> list[Action]:
                     )
                 )
                 continue
+            elif job.job_id in snap.queued_on_host:
+                continue  # waits for a slot there, under no deadline, as a local queued job
             else:
                 # assigned, not started yet: measured from the assignment, as a local job is
                 # from its launch, so a host that never starts it does not keep it open

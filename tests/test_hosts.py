@@ -19,6 +19,7 @@ import pytest
 
 from delegate import hostproto
 from delegate.model import JobState
+from delegate.services.hosts import HostBook
 from delegate.services.state import State
 
 from .helpers import (
@@ -636,3 +637,44 @@ def test_a_job_the_host_cannot_launch_ends_at_once_with_the_hosts_reason(
     assert here.registry.get(job_id).status is JobState.ERROR
     refused = [a for a in sides.host_audit() if a["kind"] == "refused"]
     assert [(a["reason"], a["job_id"]) for a in refused] == [("launch_failed", job_id)]
+
+
+def test_a_job_queued_on_its_host_waits_there_under_no_deadline(sides: Sides, tmp_path: Path):
+    """The host's own caps queue the second job; the delegator sees it queued in the host's
+    presence and does not fail it for idling, however long the slot takes to free."""
+    work = tmp_path / "work"
+    work.mkdir()
+    sides.host_home.mkdir(parents=True, exist_ok=True)
+    (sides.host_home / "delegate.toml").write_text("max_running = 1\n")
+    sides.serve(work)
+    monitor = subprocess.Popen(
+        delegate_cmd("monitor", "--interval", "0.5"),
+        env=sides.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        first = sides.submit("while [ ! -e go ]; do sleep 0.1; done", "--no-wait").stdout.strip()
+        here = State.open(env={"DELEGATE_HOME": str(sides.home)})
+        retry_until(lambda: here.registry.get(first).status is JobState.RUNNING, timeout=60)
+        second = sides.submit(
+            "echo second > second.txt", "--no-wait", "--idle-timeout", "2"
+        ).stdout.strip()
+
+        def queued_there() -> bool:
+            said = (HostBook(here).presence("h1") or {}).get("jobs") or []
+            return {"job_id": second, "status": "queued"}.items() <= next(
+                (e.items() for e in said if e["job_id"] == second), {}.items()
+            )
+
+        retry_until(queued_there, timeout=30)
+        time.sleep(3)  # past its idle timeout, counted from the assignment
+        assert here.registry.get(second).status is JobState.PENDING
+        (work / "go").touch()
+        for job_id in (first, second):
+            retry_until(lambda j=job_id: here.registry.get(j).status.terminal, timeout=60)
+            assert here.registry.get(job_id).status is JobState.COMPLETED
+        assert (work / "second.txt").read_text() == "second\n"
+    finally:
+        monitor.send_signal(signal.SIGTERM)
+        monitor.wait(timeout=30)

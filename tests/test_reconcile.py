@@ -354,6 +354,12 @@ def test_a_pending_remote_job_is_assigned_or_ended():
     assert reconcile(snap([remote], assigned_at={remote.job_id: at(10)}, **heard)) == []
     (late,) = reconcile(snap([remote], assigned_at={remote.job_id: at(601)}, **heard))
     assert isinstance(late, FailJob) and late.reason == IDLE_TIMEOUT
+    # queued on the host (its own caps): it waits for a slot there, as a local queued job
+    waiting = {
+        "assigned_at": {remote.job_id: at(601)},
+        "queued_on_host": frozenset({remote.job_id}),
+    }
+    assert reconcile(snap([remote], **waiting, **heard)) == []
     # a host lost wins over all of it
     lost = {"hosts": {"h1": (61.0, 60.0)}}
     (gone,) = reconcile(snap([remote], assigned_at={remote.job_id: at(10)}, **lost))

@@ -150,6 +150,18 @@ class Reconciler:
             if j.host and j.status is JobState.PENDING and j.job_id not in alive
             if (sent := self.state.audit.read_events(j.job_id, kind="assigned"))
         }
+        queued_there: set[str] = set()
+        if assigned_at:
+            from .hosts import HostBook
+
+            book = HostBook(self.state)
+            for host in {j.host for j in jobs.values() if j.job_id in assigned_at and j.host}:
+                said = (book.presence(host) or {}).get("jobs") or []
+                queued_there.update(
+                    str(e.get("job_id"))
+                    for e in said
+                    if isinstance(e, dict) and e.get("status") == "queued"
+                )
         rows = inventory(self.state).live()
         if only_job is not None:
             own = jobs.get(only_job)
@@ -191,6 +203,7 @@ class Reconciler:
             events=events,
             launchers_alive=alive,
             assigned_at=assigned_at,
+            queued_on_host=frozenset(queued_there),
         )
         self.last_snapshot = snap
         return snap
