@@ -4,6 +4,7 @@ assignments, remote cancel, a host that dies, and what travels on the wire."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -98,6 +99,21 @@ class Sides:
             text=True,
             timeout=120,
         )
+
+    @contextlib.contextmanager
+    def monitoring(self) -> Iterator[None]:
+        """A `delegate monitor` on the delegator's side for the duration."""
+        monitor = subprocess.Popen(
+            delegate_cmd("monitor", "--interval", "0.5"),
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        )
+        try:
+            yield
+        finally:
+            monitor.send_signal(signal.SIGTERM)
+            monitor.wait(timeout=30)
 
     def host_state(self) -> State:
         return State.open(env={"DELEGATE_HOME": str(self.host_home)})
@@ -408,13 +424,7 @@ def test_outcomes_a_lost_host_brings_back_are_audited_late_and_change_nothing(
     work = tmp_path / "work"
     work.mkdir()
     sides.serve(work)
-    monitor = subprocess.Popen(
-        delegate_cmd("monitor", "--interval", "0.5"),
-        env=sides.env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-    )
-    try:
+    with sides.monitoring():
         submitted = sides.submit(
             f"while [ ! -e {tmp_path / 'go'} ]; do sleep 0.1; done;"
             ' delegate publish --event progress --detail "while away"',
@@ -445,9 +455,6 @@ def test_outcomes_a_lost_host_brings_back_are_audited_late_and_change_nothing(
         assert here.registry.get(job_id).status is JobState.ERROR  # a terminal state stays
         logs = run_cli(sides.home, "logs", job_id, env=sides.env)
         assert "late_event" in logs.stdout
-    finally:
-        monitor.send_signal(signal.SIGTERM)
-        monitor.wait(timeout=20)
 
 
 def test_a_cron_entry_can_name_a_host_and_a_never_assigned_window_is_assigned(
@@ -647,13 +654,7 @@ def test_a_job_queued_on_its_host_waits_there_under_no_deadline(sides: Sides, tm
     sides.host_home.mkdir(parents=True, exist_ok=True)
     (sides.host_home / "delegate.toml").write_text("max_running = 1\n")
     sides.serve(work)
-    monitor = subprocess.Popen(
-        delegate_cmd("monitor", "--interval", "0.5"),
-        env=sides.env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-    )
-    try:
+    with sides.monitoring():
         first = sides.submit("while [ ! -e go ]; do sleep 0.1; done", "--no-wait").stdout.strip()
         here = State.open(env={"DELEGATE_HOME": str(sides.home)})
         retry_until(lambda: here.registry.get(first).status is JobState.RUNNING, timeout=60)
@@ -675,6 +676,3 @@ def test_a_job_queued_on_its_host_waits_there_under_no_deadline(sides: Sides, tm
             retry_until(lambda j=job_id: here.registry.get(j).status.terminal, timeout=60)
             assert here.registry.get(job_id).status is JobState.COMPLETED
         assert (work / "second.txt").read_text() == "second\n"
-    finally:
-        monitor.send_signal(signal.SIGTERM)
-        monitor.wait(timeout=30)
