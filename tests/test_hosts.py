@@ -646,20 +646,28 @@ def test_a_job_the_host_cannot_launch_ends_at_once_with_the_hosts_reason(
     assert [(a["reason"], a["job_id"]) for a in refused] == [("launch_failed", job_id)]
 
 
-def test_a_job_queued_on_its_host_waits_there_under_no_deadline(sides: Sides, tmp_path: Path):
-    """The host's own caps queue the second job; the delegator sees it queued in the host's
-    presence and does not fail it for idling, however long the slot takes to free."""
+@pytest.mark.parametrize("cap", ["the host's delegate.toml", "submit --max-running"])
+def test_a_job_queued_on_its_host_waits_there_under_no_deadline(
+    sides: Sides, tmp_path: Path, cap: str
+):
+    """A cap queues the second job on the host (its own delegate.toml, or `--max-running`,
+    which counts on that host); the delegator sees it queued in the host's presence and does
+    not fail it for idling, however long the slot takes to free."""
     work = tmp_path / "work"
     work.mkdir()
-    sides.host_home.mkdir(parents=True, exist_ok=True)
-    (sides.host_home / "delegate.toml").write_text("max_running = 1\n")
+    flags: tuple[str, ...] = ()
+    if cap == "submit --max-running":
+        flags = ("--max-running", "1")
+    else:
+        sides.host_home.mkdir(parents=True, exist_ok=True)
+        (sides.host_home / "delegate.toml").write_text("max_running = 1\n")
     sides.serve(work)
     with sides.monitoring():
         first = sides.submit("while [ ! -e go ]; do sleep 0.1; done", "--no-wait").stdout.strip()
         here = State.open(env={"DELEGATE_HOME": str(sides.home)})
         retry_until(lambda: here.registry.get(first).status is JobState.RUNNING, timeout=60)
         second = sides.submit(
-            "echo second > second.txt", "--no-wait", "--idle-timeout", "2"
+            "echo second > second.txt", "--no-wait", "--idle-timeout", "2", *flags
         ).stdout.strip()
 
         def queued_there() -> bool:

@@ -270,6 +270,8 @@ def assignment_for(job: Job, prompt: bytes, request: Any) -> dict[str, Any]:
         "session": request.session,
         "wall_timeout_s": job.wall_timeout_s,
         "idle_timeout_s": job.idle_timeout_s,
+        # counted on the host, among its own jobs: it queues the job there until a slot frees
+        "max_running": request.max_running,
     }
 
 
@@ -347,6 +349,14 @@ def _lines(path: Path) -> list[list[str]]:
 def _words(path: Path) -> set[str]:
     """The first word (an id) of each line."""
     return {words[0] for words in _lines(path)}
+
+
+def _positive_int(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"max_running {value!r} is not a positive whole number")
+    return value
 
 
 def _ms(timestamp: str) -> int:
@@ -550,6 +560,7 @@ class HostServer:
                 session=job.get("session"),
                 wall_timeout_s=job.get("wall_timeout_s"),
                 idle_timeout_s=job.get("idle_timeout_s"),
+                max_running=_positive_int(job.get("max_running")),
                 job_id=job_id,
                 token_for=lambda jid: hostproto.job_token(self.key, jid),
             )

@@ -83,6 +83,11 @@ class SubmitResult(NamedTuple):
     queue_position: int | None = None
 
 
+def _check_max_running(request: SubmitRequest) -> None:
+    if request.max_running is not None and request.max_running < 1:
+        raise UsageError("--max-running must be a positive integer")
+
+
 def parse_on_event(text: str | None) -> list[str] | None:
     """`--on-event CMD`: split into words as a shell would; it is never run by one."""
     if text is None:
@@ -166,8 +171,7 @@ def submit(
     workdir = (request.workdir or Path.cwd()).expanduser().absolute()
     if not workdir.is_dir():
         raise UsageError(f"--workdir {workdir} is not a directory")
-    if request.max_running is not None and request.max_running < 1:
-        raise UsageError("--max-running must be a positive integer")
+    _check_max_running(request)
     notify = parse_on_event(request.on_event)
     if request.session is not None:
         validate_session_name(request.session)
@@ -226,8 +230,7 @@ def submit_remote(
             f"the prompt is {len(request.prompt)} bytes, over the {hostproto.MAX_ASSIGNMENT}"
             " bytes an assignment may carry"
         )
-    if request.max_running is not None:
-        raise UsageError("--max-running is not available with --host yet")
+    _check_max_running(request)
     notify = parse_on_event(request.on_event)  # run here, by whoever sees the event first
     if request.session is not None:
         validate_session_name(request.session)
