@@ -586,21 +586,15 @@ class HostServer:
         `started` that never comes: a signed `error` event, relayed like the job's own would be.
         Signed here, not through `publish`: the local record is already ended, and a job that
         failed this early has said nothing, so the event is its first."""
-        from ..protocol import build_envelope, encode, sign
+        from ..protocol import build_envelope, encode, redact, sign
 
         try:
             seq = self.state.registry.get(job_id).last_seq + 1
         except DelegateError:
             seq = 1  # refused before it was registered here
-        envelope = sign(
-            build_envelope(
-                job_id=job_id,
-                seq=seq,
-                event="error",
-                detail=f"host {self.name} could not launch it: {exc}"[:500],
-            ),
-            hostproto.job_token(self.key, job_id),
-        )
+        token = hostproto.job_token(self.key, job_id)
+        detail = redact(f"host {self.name} could not launch it: {exc}"[:500], secrets=(token,))
+        envelope = sign(build_envelope(job_id=job_id, seq=seq, event="error", detail=detail), token)
         try:
             from ..bus.sqlite import SqliteBus
 
