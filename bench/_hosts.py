@@ -86,26 +86,7 @@ def fleet(folder: Path, hosts: list[str], *, socket_prefix: str) -> Iterator[Fle
                 "DELEGATE_BUS": made.url,
                 "DELEGATE_TMUX_SOCKET": f"{socket_prefix}-{n}",
             }
-            lab.popen(
-                f"h{n}",
-                [
-                    sys.executable,
-                    "-m",
-                    "delegate",
-                    "host",
-                    "serve",
-                    "--name",
-                    name,
-                    "--key-file",
-                    str(key_file),
-                    "--workdir",
-                    str(work),
-                ],
-                env=host_env,
-                stdin=subprocess.DEVNULL,
-            )
-            audit = made.host_home(name) / "logs" / f"host-{name}.ndjson"
-            _wait_for(audit.exists, 30)
+            lab.serve_host(f"h{n}", name, key_file=key_file, workdir=work, env=host_env)
         yield made
     finally:
         lab.close()

@@ -14,6 +14,8 @@ import os
 import random
 import signal
 import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -72,6 +74,34 @@ class Lab:
         return subprocess.run(  # type: ignore[call-overload, no-any-return]
             self.argv(role, argv), capture_output=True, text=True, **kwargs
         )
+
+    def serve_host(
+        self,
+        role: str,
+        name: str,
+        *,
+        key_file: Path,
+        workdir: Path,
+        env: dict[str, str],
+        flags: tuple[str, ...] = (),
+        timeout: float = 30,
+    ) -> subprocess.Popen[bytes]:
+        """`delegate host serve` on machine `role`, returned once it serves (its audit log
+        exists in the state dir `env` names)."""
+        serve = [sys.executable, "-m", "delegate", "host", "serve", "--name", name]
+        server = self.popen(
+            role,
+            [*serve, "--key-file", str(key_file), "--workdir", str(workdir), *flags],
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        audit = Path(env["DELEGATE_HOME"]) / "logs" / f"host-{name}.ndjson"
+        deadline = time.monotonic() + timeout
+        while not audit.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"host {name} did not start serving")
+            time.sleep(0.05)
+        return server
 
     def kill_machine(self, role: str) -> None:
         """Everything running in that machine's namespace, at once (a power cut)."""

@@ -123,27 +123,14 @@ def machines(
         key_file.chmod(0o600)
         work = tmp_path / "work"
         work.mkdir()
-        made.server = lab.popen(
+        made.server = lab.serve_host(
             "h",
-            [
-                sys.executable,
-                "-m",
-                "delegate",
-                "host",
-                "serve",
-                "--name",
-                HOST,
-                "--key-file",
-                str(key_file),
-                "--workdir",
-                str(work),
-                "--presence-every",
-                "2",
-            ],
+            HOST,
+            key_file=key_file,
+            workdir=work,
             env=made.host_env,
-            stdin=subprocess.DEVNULL,
+            flags=("--presence-every", "2"),
         )
-        retry_until(lambda: (host_home / "logs" / f"host-{HOST}.ndjson").exists(), timeout=30)
         yield made
     finally:
         lab.close()  # every process in the three machines, then the namespaces
