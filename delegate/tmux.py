@@ -83,6 +83,60 @@ def socket_path_for(socket: str | None, env: Mapping[str, str] | None = None) ->
     return os.path.join(base, f"tmux-{os.getuid()}", socket or "default")
 
 
+# A unix socket's path must fit sockaddr_un.sun_path (108 bytes with its terminating NUL).
+_MAX_SOCKET_PATH = 107
+
+
+class SocketFolderUnsafe(TmuxError):
+    """The folder tmux keeps its socket in belongs to someone else or is open to others."""
+
+    def __init__(self, folder: str, problem: str) -> None:
+        self.folder = folder
+        self.problem = problem
+        super().__init__(f"tmux socket folder {folder} {problem}")
+
+
+def prepare_socket_folder(socket_path: str, *, private: bool) -> None:
+    """Create the folder of `socket_path` as tmux itself does for `-L` (mode 0700), which it
+    does not do when given `-S` as we always give it. A `private` folder (the `tmux-UID` one
+    under TMUX_TMPDIR) must be the user's own and closed to others, as tmux demands of it;
+    a folder of a socket path the user named is only created when missing.
+
+    Raises SocketFolderUnsafe or TmuxError with one line saying what is wrong.
+    """
+    if len(socket_path.encode()) > _MAX_SOCKET_PATH:
+        raise TmuxError(
+            f"tmux socket path {socket_path} is too long ({len(socket_path.encode())} bytes,"
+            f" at most {_MAX_SOCKET_PATH}): set a shorter TMUX_TMPDIR or DELEGATE_TMUX_SOCKET"
+        )
+    folder = os.path.dirname(socket_path)
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        info = os.lstat(folder)
+    except OSError as exc:
+        raise TmuxError(f"cannot create tmux socket folder {folder}: {exc.strerror}") from None
+    if not private:
+        return
+    problem = socket_folder_problem(folder, info)
+    if problem:
+        raise SocketFolderUnsafe(folder, problem)
+
+
+def socket_folder_problem(folder: str, info: os.stat_result | None = None) -> str | None:
+    """Why tmux would refuse `folder` for its sockets (not ours, open to others), or None."""
+    import stat
+
+    info = info or os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a folder"
+    if info.st_uid != os.getuid():
+        return f"belongs to uid {info.st_uid}, not to you (uid {os.getuid()})"
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o007:
+        return f"is open to others (mode {mode:o}): chmod 700 it"
+    return None
+
+
 def validate_session_name(name: str) -> str:
     if _SESSION_NAME.fullmatch(name) is None:
         raise UsageError(f"invalid session name {name!r}: use 1-64 letters, digits, '-' or '_'")
@@ -100,7 +154,14 @@ class Tmux:
         import libtmux  # slow to import; only commands that touch tmux pay for it
 
         self.socket_path = socket_path_for(socket, env)
+        # A `-L` name (or the default) lives in tmux's own per-user folder, which tmux vets.
+        self._private_folder = not (socket and "/" in socket)
         self._server = libtmux.Server(socket_path=self.socket_path)
+
+    def prepare(self) -> None:
+        """Make sure a server can be started on this socket: its folder exists (made as tmux
+        makes it) and is safe. Raises TmuxError naming what is wrong."""
+        prepare_socket_folder(self.socket_path, private=self._private_folder)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Tmux:
@@ -123,6 +184,16 @@ class Tmux:
             raise TmuxError(f"tmux: {message}")
         return list(result.stdout)
 
+    def _run_for_output(self, what: str, *args: str) -> str:
+        """The last line a tmux call printed; tmux's own stderr in the error when it printed
+        none (tmux may fail, say to create its socket, and still exit 0)."""
+        result: Any = self._cmd(*args)
+        out = [line for line in result.stdout if line.strip()]
+        if result.returncode == 0 and out:
+            return str(out[-1])
+        message = " ".join(result.stderr).strip() or f"exit status {result.returncode}"
+        raise TmuxError(f"tmux could not {what}: {message}")
+
     def start(
         self,
         name: str,
@@ -137,6 +208,7 @@ class Tmux:
         The pane stays after its process exits (remain-on-exit), so its exit status can be read.
         """
         validate_session_name(name)
+        self.prepare()
         args = ["new-session", "-d", "-s", name, "-c", str(workdir), "-x", "200", "-y", "50"]
         for key, value in env.items():
             args += ["-e", f"{key}={value}"]
@@ -144,11 +216,11 @@ class Tmux:
         # Chained in one tmux call so the options are set before the process can exit.
         args += [";", "set-option", "-w", "-t", name, "remain-on-exit", "on"]
         args += [";", "set-option", "-t", name, OWNER_OPTION, job_id]
-        out = self._run(*args)
+        out = self._run_for_output(f"start session {name}", *args)
         try:
-            return int(out[0])
-        except (IndexError, ValueError):
-            raise TmuxError(f"tmux did not report the pane of session {name}") from None
+            return int(out)
+        except ValueError:
+            raise TmuxError(f"tmux did not report the pane of session {name}: {out}") from None
 
     def respawn(
         self,
@@ -169,11 +241,11 @@ class Tmux:
         args += [*argv]
         args += [";", "set-option", "-t", name, OWNER_OPTION, job_id]
         args += [";", "display-message", "-p", "-t", target, "#{pane_pid}"]
-        out = self._run(*args)
+        out = self._run_for_output(f"respawn the pane of session {name}", *args)
         try:
-            return int(out[-1])
-        except (IndexError, ValueError):
-            raise TmuxError(f"tmux did not report the respawned pane of session {name}") from None
+            return int(out)
+        except ValueError:
+            raise TmuxError(f"tmux did not report the respawned pane of {name}: {out}") from None
 
     def has_session(self, name: str) -> bool:
         return any(p.session == name for p in self.panes(owned_only=False))
@@ -379,3 +451,35 @@ def terminate(group_leaders: Sequence[int], victims: set[int], *, grace_s: float
         deadline = time.monotonic() + grace_s
         while any(alive(pid) for pid in victims) and time.monotonic() < deadline:
             time.sleep(0.01)
+
+
+def version() -> str:
+    """What `tmux -V` prints (`tmux 3.3a`); TmuxUnreachable when tmux cannot be run."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["tmux", "-V"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TmuxUnreachable("-", f"tmux -V failed: {exc}") from None
+    if done.returncode != 0:
+        raise TmuxUnreachable("-", done.stderr.strip() or f"tmux -V exited {done.returncode}")
+    return done.stdout.strip()
+
+
+def round_trip() -> None:
+    """Start a tmux server on a private socket in a new folder, create and kill a session,
+    stop the server: what every launch needs. Raises TmuxError with tmux's own message."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="dlg-doctor-")
+    server = Tmux(os.path.join(folder, "sock", "doctor"))
+    try:
+        server.start("doctor", ["sleep", "30"], workdir=Path(folder), env={}, job_id="")
+        if not server.has_session("doctor"):
+            raise TmuxError("tmux started a session but does not list it")
+        server.kill("doctor", grace_s=1.0)
+    finally:
+        with contextlib.suppress(Exception):
+            server.kill_server()
+        shutil.rmtree(folder, ignore_errors=True)

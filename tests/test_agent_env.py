@@ -3,6 +3,7 @@ and an agent's command is found at submit time on the PATH a login shell would h
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -95,11 +96,12 @@ def _fake_home(tmp_path: Path) -> Path:
 
 
 def _cron_submit(home: Path, user_home: Path, socket: str, *args: str):
-    env = {  # what cron gives: no terminal, HOME and a minimal PATH, nothing else
+    env = {  # what cron gives: no terminal, HOME and a minimal PATH, and what the line sets
         "HOME": str(user_home),
         "PATH": "/usr/bin:/bin",
         "DELEGATE_HOME": str(home),
         "DELEGATE_TMUX_SOCKET": socket,
+        "TMUX_TMPDIR": os.environ["TMUX_TMPDIR"],
     }
     return subprocess.run(
         [sys.executable, "-m", "delegate", "submit", *args],

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,10 +15,28 @@ import pytest
 
 
 @pytest.fixture
-def tmux_socket() -> Iterator[str]:
+def tmux_tmpdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A new, empty TMUX_TMPDIR for this test, as on a machine where tmux never ran: its
+    `tmux-UID` folder does not exist until the code under test makes it. Short (under /tmp),
+    since a socket's path must fit in 107 bytes."""
+    folder = Path(tempfile.mkdtemp(prefix="dlt-", dir="/tmp"))
+    monkeypatch.setenv("TMUX_TMPDIR", str(folder))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def tmux_socket(tmux_tmpdir: Path) -> Iterator[str]:
+    """A `-L` socket name on this test's own TMUX_TMPDIR (set in os.environ, so every CLI and
+    tmux the test starts finds the same server)."""
     name = f"dlgtest-{uuid.uuid4().hex[:10]}"
     yield name
     subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
+
+
+def socket_path(name: str) -> str:
+    """Where a `-L name` socket of this test lives."""
+    return f"{os.environ['TMUX_TMPDIR']}/tmux-{os.getuid()}/{name}"
 
 
 @pytest.fixture
@@ -32,6 +52,7 @@ def tmux_env(tmux_socket: str, tmp_path: Path) -> Iterator[dict[str, str]]:
     fake_home.mkdir()
     yield {
         "DELEGATE_TMUX_SOCKET": tmux_socket,
+        "TMUX_TMPDIR": os.environ["TMUX_TMPDIR"],
         "HOME": str(fake_home),
         "SHELL": "/bin/sh",
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
