@@ -1,30 +1,39 @@
 # Two commands do all the set-up on a fresh Debian machine:
-#   make demo   creates .venv, installs the project and runs a real job on the embedded bus
-#   make test   the same set-up, then lint and the whole test suite
+#   make demo   creates .venv, installs delegate with its runtime extras, runs a real job on the
+#               embedded bus and reports on it with Spark
+#   make test   adds the dev tools, the real agent CLIs and the test-only system packages, then
+#               lint and the whole test suite
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
-EXTRAS ?= dev,spark
+# What people run (the toolkit and the Spark report), and what the tests add to it.
+DEMO_EXTRAS := spark
+TEST_EXTRAS := dev,spark
 
-.PHONY: all setup system venv bytecode agents demo test lint format bench clean
+.PHONY: all setup setup-demo system system-demo venv venv-demo bytecode agents demo test lint \
+	format bench clean
 
 all: test
 
-system:
-	@scripts/system-deps.sh
+system-demo:
+	@scripts/system-deps.sh demo
 
-$(STAMP): pyproject.toml
+system:
+	@scripts/system-deps.sh test
+
+# One stamp per set of extras: `make demo` then `make test` adds the dev tools on top.
+$(VENV)/.installed-%: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]' --config-settings editable_mode=compat
-	@touch $(STAMP)
+	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[$*]'
+	@touch $@
+
+venv-demo: $(VENV)/.installed-$(DEMO_EXTRAS)
+venv: $(VENV)/.installed-$(TEST_EXTRAS)
 
 # PYTHONDONTWRITEBYTECODE may be set; compile once so `delegate publish` starts fast.
-bytecode: $(STAMP)
+bytecode:
 	@$(BIN)/python -m compileall -q delegate
-
-venv: $(STAMP)
 
 # The real agent CLIs, for the tests that check our profiles against them: into the checkout
 # (.cache/agents, ignored by git), never into the system.
@@ -37,9 +46,13 @@ $(AGENTS)/.installed: Makefile
 
 agents: $(AGENTS)/.installed
 
-setup: system venv bytecode agents
+setup-demo: system-demo venv-demo
+	@$(MAKE) -s bytecode
 
-demo: setup
+setup: system venv agents
+	@$(MAKE) -s bytecode
+
+demo: setup-demo
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python examples/demo.py
 
 lint: venv system

@@ -16,6 +16,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
 
     def dispatch() -> int:
+        if argv in (["--version"], ["-V"]):  # answered without typer
+            from . import version_line
+
+            sys.stdout.write(version_line() + "\n")
+            return 0
         if argv[:1] == ["publish"] and not {"-h", "--help"} & set(argv):
             from .fastcli import main_publish
 

@@ -16,12 +16,13 @@ if TYPE_CHECKING:
     from typing import Any
 
 _configure_on_first_use = False
+DEFAULT_LEVEL = "WARNING"  # without DELEGATE_LOG_LEVEL
 
 
 def configure() -> None:
     import logging
 
-    level = os.environ.get("DELEGATE_LOG_LEVEL", "WARNING").upper()
+    level = os.environ.get("DELEGATE_LOG_LEVEL", DEFAULT_LEVEL).upper()
     logging.basicConfig(
         level=getattr(logging, level, logging.WARNING),
         stream=sys.stderr,

@@ -15,7 +15,9 @@ import typer
 from .cli_coord import register as register_coord
 from .cli_hosts import host_app
 from .errors import DelegateError, say
+from .services.jobs import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_WALL_TIMEOUT_S
 from .services.state import State
+from .tables import print_json as _print_json
 
 app = typer.Typer(
     name="delegate",
@@ -26,17 +28,63 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from . import version_line
+
+        print(version_line())
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _top(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            help="Print the version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Hand work to AI coding agents and keep an exact, verifiable record of what they did."""
+
+
 JobIdArg = Annotated[str, typer.Argument(help="The job id (8 lowercase hex characters).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 # Options register and submit share.
 SessionOpt = Annotated[
     str | None, typer.Option("--session", help="tmux session name (default: dlg-<job id>).")
 ]
+
+
+def _span(seconds: float) -> str:
+    """3600 -> `1h`, 600 -> `10m`: how a default reads in help."""
+    if seconds % 3600 == 0:
+        return f"{seconds / 3600:g}h"
+    return f"{seconds / 60:g}m" if seconds % 60 == 0 else f"{seconds:g}s"
+
+
 WallTimeoutOpt = Annotated[
-    float | None, typer.Option("--wall-timeout", help="Wall-clock budget in seconds (0: none).")
+    float | None,
+    typer.Option(
+        "--wall-timeout",
+        help="Wall-clock budget in seconds from the start (0: none;"
+        f" default {DEFAULT_WALL_TIMEOUT_S:g} s ({_span(DEFAULT_WALL_TIMEOUT_S)})).",
+        show_default=False,
+    ),
 ]
 IdleTimeoutOpt = Annotated[
-    float | None, typer.Option("--idle-timeout", help="Idle limit in seconds (0: none).")
+    float | None,
+    typer.Option(
+        "--idle-timeout",
+        help="Idle limit: seconds without an event from the job (0: none;"
+        f" default {DEFAULT_IDLE_TIMEOUT_S:g} s ({_span(DEFAULT_IDLE_TIMEOUT_S)})).",
+        show_default=False,
+    ),
 ]
 IdempotencyOpt = Annotated[
     str | None,
@@ -48,22 +96,28 @@ def _state() -> State:
     return State.open()
 
 
-def _print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False, sort_keys=True) + "\n")
-    sys.stdout.flush()
+def _event_printer(as_json: bool) -> Any:
+    """What `submit --wait`, `watch` and `session resume --wait` print per event: a readable
+    line at a terminal, the signed envelope as one JSON line otherwise."""
+    from .tables import print_json, terminal_width, wants_json
+
+    if wants_json(as_json):
+        return print_json
+    from .eventlines import event_line
+
+    width = terminal_width()
+
+    def emit_line(envelope: dict[str, Any]) -> None:
+        print(event_line(envelope, width=width), flush=True)
+
+    return emit_line
 
 
-def _table(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _say_outcome(state: State, job_id: str) -> None:
+    """How the job ended, in words, on stderr (`job 1a2b3c4d timed out: no activity for 10m`)."""
+    from .eventlines import outcome_line
 
-    table = Table(title=title, box=None, header_style="bold", pad_edge=False)
-    for column in columns:
-        table.add_column(column, no_wrap=column != columns[-1])
-    for row in rows:
-        table.add_row(*row)
-    # Piped output is read by tools and people with wide windows: do not fold it to 80 columns.
-    Console(width=None if sys.stdout.isatty() else 240).print(table)
+    print(outcome_line(state.registry.get(job_id).public_dict()), file=sys.stderr)
 
 
 @app.command()
@@ -149,8 +203,9 @@ def watch(
         Path | None,
         typer.Option("--ready-file", help="Create this file once subscribed (for launchers)."),
     ] = None,
+    as_json: JsonOpt = False,
 ) -> int:
-    """Follow a job's events: one JSON line per accepted event.
+    """Follow a job's events: one line per accepted event (JSON lines when piped or --json).
 
     Exit status from the job's final state: 0 completed, 1 error, 2 timed out, 3 cancelled;
     also 2 when this watch gave up (--wall-timeout/--idle-timeout) before the job ended.
@@ -158,14 +213,18 @@ def watch(
     """
     from .services.watch import watch_job
 
+    state = _state()
     outcome = watch_job(
-        _state(),
+        state,
         job_id,
         wall_timeout_s=wall_timeout,
         idle_timeout_s=idle_timeout,
-        emit=_print_json,
+        emit=_event_printer(as_json),
         ready_file=ready_file,
+        note=say,
     )
+    if state.registry.get(job_id).status.terminal:
+        _say_outcome(state, job_id)
     return outcome.exit_code
 
 
@@ -178,26 +237,36 @@ def jobs(
 
     Example: delegate jobs --status running --json
     """
+    from datetime import UTC, datetime
+
     from .services.jobs import parse_status
+    from .services.ps import job_timing
+    from .tables import Column, print_listing
+    from .timefmt import human_duration, local_time
 
     wanted = parse_status(status)
     found = _state().registry.list(wanted)
-    if as_json:
-        for job in found:
-            _print_json(job.public_dict())
-        return 0
-    rows = [
-        [
+    now = datetime.now(UTC)
+
+    def cells(j: Any) -> list[str]:
+        return [
             j.job_id,
             j.status.value,
             j.agent or "-",
-            j.created_at[:19].replace("T", " "),
+            local_time(j.created_at),
+            human_duration(job_timing(j, now)[0]),
             j.session or "-",
-            j.error or "",
+            j.error or "-",
         ]
-        for j in found
-    ]
-    _table(None, ["JOB", "STATUS", "AGENT", "CREATED (UTC)", "SESSION", "ERROR"], rows)
+
+    print_listing(
+        found,
+        ["JOB", "STATE", "AGENT", "CREATED", "TIME", "SESSION", Column("REASON", free=True)],
+        cells,
+        as_json=as_json,
+        to_json=lambda j: j.public_dict(),
+        empty=f"no {wanted.value} jobs" if wanted else "no jobs",
+    )
     return 0
 
 
@@ -207,18 +276,30 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
 
     Example: delegate show 1a2b3c4d --json
     """
+    from .tables import Column, print_table, wants_json
+    from .timefmt import human_timeout, local_time
+
     state = _state()
     job = state.registry.get(job_id)
     record = job.public_dict()
     record["audit_log"] = str(state.audit.events_path(job_id))
-    if as_json:
+    if wants_json(as_json):
         _print_json(record)
         return 0
-    rows = [
-        [k, "" if v is None else json.dumps(v) if isinstance(v, dict) else str(v)]
-        for k, v in sorted(record.items())
-    ]
-    _table(f"job {job_id}", ["FIELD", "VALUE"], rows)
+
+    def value(key: str, v: Any) -> str:
+        if v is None:
+            return "-"
+        if key.endswith("_at"):
+            return local_time(v)
+        if key.endswith("_timeout_s"):
+            return human_timeout(v)
+        return json.dumps(v) if isinstance(v, dict | list) else str(v)
+
+    rows = [[k, value(k, v)] for k, v in sorted(record.items())]
+    print_table(
+        ["FIELD", Column("VALUE", free=True)], rows, title=f"job {job_id}", empty="no record"
+    )
     return 0
 
 
@@ -228,18 +309,40 @@ def logs(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")
     ] = False,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw", help="Every line as written, an event's published and received lines both."
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
 ) -> int:
-    """Print a job's audit trail (events.ndjson), one JSON line per entry.
+    """Print a job's audit trail (events.ndjson), one line per entry, each event once.
 
+    Readable lines at a terminal; the JSON lines as written when piped or with --json.
+    An event's publisher and its subscribers each log it (`published`, `received`): the first
+    of those lines is printed, the others only with --raw.
     Example: delegate logs 1a2b3c4d --follow
     """
     from .services.logs import follow_log
+    from .tables import terminal_width, wants_json
+
+    readable = not wants_json(as_json)
+    width = terminal_width()
 
     def emit(line: bytes) -> None:
-        sys.stdout.buffer.write(line)
+        if readable:
+            from .audit import parse_line
+            from .eventlines import audit_line
+
+            entry = parse_line(line)
+            text = audit_line(entry, width=width) if entry else line.decode("utf-8", "replace")
+            sys.stdout.write(text.rstrip("\n") + "\n")
+        else:
+            sys.stdout.buffer.write(line)
         sys.stdout.flush()
 
-    follow_log(_state(), job_id, emit, follow=follow)
+    follow_log(_state(), job_id, emit, follow=follow, raw=raw)
     return 0
 
 
@@ -276,7 +379,7 @@ def pick(
 
     job = pick_job(_state(), agent_session)
     if job is None:
-        print("no pending job", file=sys.stderr)
+        say("no pending job")
         return 1
     if as_json:
         _print_json(job.public_dict())
@@ -290,7 +393,7 @@ def submit(
     agent: Annotated[
         str | None,
         typer.Option(
-            "--agent", help="Agent profile: shell, claude, codex or one of delegate.toml."
+            "--agent", "-a", help="Agent profile: shell, claude, codex or one of delegate.toml."
         ),
     ] = None,
     cmd: Annotated[
@@ -298,15 +401,21 @@ def submit(
         typer.Option("--cmd", help="A one-off shell command; the prompt arrives on its stdin."),
     ] = None,
     prompt: Annotated[
-        str | None, typer.Option("--prompt", help="The instructions, or - to read them from stdin.")
+        str | None,
+        typer.Option("--prompt", "-p", help="The instructions, or - to read them from stdin."),
     ] = None,
     prompt_file: Annotated[
-        Path | None, typer.Option("--prompt-file", help="Read the instructions from this file.")
+        Path | None,
+        typer.Option("--prompt-file", "-f", help="Read the instructions from this file."),
     ] = None,
     workdir: Annotated[
-        Path | None, typer.Option("--workdir", help="Folder the agent works in (default: here).")
+        Path | None,
+        typer.Option("--workdir", "-C", help="Folder the agent works in (default: here)."),
     ] = None,
-    session: SessionOpt = None,
+    session: Annotated[
+        str | None,
+        typer.Option("--session", "-s", help="tmux session name (default: dlg-<job id>)."),
+    ] = None,
     wall_timeout: WallTimeoutOpt = None,
     idle_timeout: IdleTimeoutOpt = None,
     bus: Annotated[str | None, typer.Option("--bus", help="Bus URL for this job.")] = None,
@@ -314,6 +423,7 @@ def submit(
         bool | None,
         typer.Option(
             "--wait/--no-wait",
+            "-w",
             help="Stream events and exit with the outcome, or return at once"
             " (default: wait when stdout is a terminal).",
         ),
@@ -373,12 +483,15 @@ def submit(
     request = SubmitRequest.from_settings(settings, text)
     # cron, scripts and pipes get the job id at once; a person at a terminal sees it through
     waiting = sys.stdout.isatty() if settings["wait"] is None else bool(settings["wait"])
+    emit = _event_printer(as_json)
     if settings["host"]:
         from .services.submit import submit_remote
 
-        result = submit_remote(_state(), request, settings["host"], wait=waiting, emit=_print_json)
+        result = submit_remote(
+            _state(), request, settings["host"], wait=waiting, emit=emit, note=say
+        )
         return _submitted(result, as_json)
-    result = submit_job(_state(), request, wait=waiting, emit=_print_json)
+    result = submit_job(_state(), request, wait=waiting, emit=emit, note=say)
     if result.queue_position is not None:
         print(
             f"job {result.job.job_id} queued at position {result.queue_position}:"
@@ -391,7 +504,9 @@ def submit(
 def _submitted(result: Any, as_json: bool) -> int:
     """What submit and session resume print: the outcome's code when waited for, else the job."""
     if result.outcome is not None:
-        print(f"audit log: {_state().audit.events_path(result.job.job_id)}", file=sys.stderr)
+        state = _state()
+        _say_outcome(state, result.job.job_id)
+        print(f"audit log: {state.audit.events_path(result.job.job_id)}", file=sys.stderr)
         return int(result.outcome.exit_code)
     if as_json:
         _print_json(result.job.public_dict())
@@ -409,50 +524,68 @@ def ps(
     host: Annotated[
         str | None, typer.Option("--host", help="The open jobs this agent host reports.")
     ] = None,
+    wide: Annotated[
+        bool,
+        typer.Option(
+            "--wide", help="Also start and end times and the session's state; cut nothing."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> int:
     """Open jobs (queued, pending, running) and the most recently finished, with their sessions.
 
+    TIME is how long a job has run (finished: start to end; queued or pending: its wait so far).
     Example: delegate ps --limit 20 --json
     """
-    from .services.ps import human_age, rows
+    from .services.ps import rows
+    from .tables import Column, print_listing
+    from .timefmt import human_duration, local_time
 
     if host is not None:  # what that agent host says of its open jobs (its presence)
         from .services.hosts import host_jobs
 
-        for reported in host_jobs(_state(), host):
-            if as_json:
-                _print_json({**reported, "host": host})
-            else:
-                session = reported.get("session") or "-"
-                print(f"{reported['job_id']}\t{reported['status']}\t{session}\t{host}")
+        print_listing(
+            [{**reported, "host": host} for reported in host_jobs(_state(), host)],
+            ["JOB", "STATE", "AGENT", "SESSION", "HOST"],
+            lambda r: [
+                r["job_id"],
+                r.get("status") or "-",
+                r.get("agent") or "-",
+                r.get("session") or "-",
+                host,
+            ],
+            as_json=as_json,
+            empty=f"host {host} reports no open jobs",
+        )
         return 0
     if limit < 0:
         raise typer.BadParameter("--limit must be zero or more")
     listing = rows(_state(), show_all=show_all, limit=limit)
     if listing.tmux_note:
         say(listing.tmux_note)
-    if as_json:
-        for row in listing.rows:
-            _print_json(row.to_dict())
-        return 0
-    _table(
-        None,
-        ["JOB", "STATE", "QUEUE", "SESSION", "SESSION STATE", "TMUX", "AGENT", "AGE", "LAST EVENT"],
-        [
-            [
-                r.job_id,
-                r.job_state,
-                "" if r.queue_position is None else str(r.queue_position),
-                r.session,
-                r.session_state,
-                r.tmux,
-                r.agent,
-                human_age(r.age_s),
-                r.last_event,
-            ]
-            for r in listing.rows
-        ],
+    event = Column("LAST EVENT", free=True)
+    reason = Column("REASON", free=True)
+    columns: list[Column | str] = ["JOB", "STATE", "AGENT", "TIME", reason, "SESSION", "TMUX"]
+    if wide:
+        columns[4:4] = ["STARTED", "ENDED"]
+        columns.insert(-1, "SESSION STATE")
+    columns.append(event)
+
+    def cells(r: Any) -> list[str]:
+        said = f"{r.last_event}: {r.last_detail}" if r.last_detail else r.last_event
+        times = [local_time(r.started_at), local_time(r.ended_at)] if wide else []
+        row = [r.job_id, r.job_state, r.agent, human_duration(r.duration_s), *times]
+        row += [r.end_reason, r.session, *([r.session_state] if wide else [])]
+        return [*row, r.tmux, said or "-"]
+
+    print_listing(
+        listing.rows,
+        columns,
+        cells,
+        as_json=as_json,
+        to_json=lambda r: r.to_dict(),
+        empty="no open jobs" if limit == 0 and not show_all else "no jobs",
+        fit=not wide,
     )
     return 0
 
@@ -483,19 +616,24 @@ def session_list(
     Example: delegate session list --all --json
     """
     from .services.session import list_sessions
+    from .tables import Column, print_listing
+    from .timefmt import local_time
 
-    found = list_sessions(_state(), show_all=show_all)
-    if as_json:
-        for view in found:
-            _print_json(view.to_dict())
-        return 0
-    _table(
-        None,
-        ["SESSION", "STATE", "JOB", "JOBS", "AGENT", "WORKDIR"],
-        [
-            [v.name, v.state, v.job_id or "-", str(len(v.jobs)), v.agent or "-", v.workdir or "-"]
-            for v in found
+    print_listing(
+        list_sessions(_state(), show_all=show_all),
+        ["SESSION", "STATE", "JOB", "JOBS", "AGENT", "CREATED", Column("WORKDIR", free=True)],
+        lambda v: [
+            v.name,
+            v.state,
+            v.job_id or "-",
+            str(len(v.jobs)),
+            v.agent or "-",
+            local_time(v.created_at),
+            v.workdir or "-",
         ],
+        as_json=as_json,
+        to_json=lambda v: v.to_dict(),
+        empty="no sessions" if show_all else "no running or stopped sessions",
     )
     return 0
 
@@ -550,7 +688,7 @@ def session_resume(
     text = None
     if prompt is not None or prompt_file is not None:
         text = read_prompt(text=prompt, file=prompt_file, stdin=sys.stdin)
-    result, how = resume(_state(), name, prompt=text, wait=wait, emit=_print_json)
+    result, how = resume(_state(), name, prompt=text, wait=wait, emit=_event_printer(as_json))
     print(f"delegate: session {name}: {how}", file=sys.stderr)
     return _submitted(result, as_json)
 
@@ -665,26 +803,22 @@ def cron_list(as_json: JsonOpt = False) -> int:
     Example: delegate cron list --json
     """
     from .services.cron import listing
+    from .tables import Column, print_listing
+    from .timefmt import local_time
 
-    rows = listing(_state())
-    if as_json:
-        for row in rows:
-            _print_json(row)
-        return 0
-    _table(
-        None,
-        ["NAME", "SCHEDULE", "WHEN", "NEXT RUN (UTC)", "LAST JOB", "STATE"],
-        [
-            [
-                r["name"],
-                r["schedule"],
-                r["description"],
-                r["next_run"][:16].replace("T", " "),
-                r["last_job_id"] or "-",
-                r["last_state"] or "-",
-            ]
-            for r in rows
+    print_listing(
+        listing(_state()),
+        ["NAME", "SCHEDULE", Column("WHEN", free=True), "NEXT RUN", "LAST JOB", "STATE"],
+        lambda r: [
+            r["name"],
+            r["schedule"],
+            r["description"],
+            local_time(r["next_run"]),
+            r["last_job_id"] or "-",
+            r["last_state"] or "-",
         ],
+        as_json=as_json,
+        empty="no cron entries (add one with `delegate cron add`)",
     )
     return 0
 
@@ -736,8 +870,10 @@ def monitor(
     ] = 600.0,
     as_json: JsonOpt = False,
 ) -> int:
-    """Keep jobs and sessions true: apply every job's events, fail jobs whose agent, wrapper or
-    tmux died or whose deadline passed, launch queued jobs, clean up finished sessions.
+    """Keep jobs and sessions true: apply events, end dead or late jobs, launch queued ones.
+
+    It applies every job's events, fails jobs whose agent, wrapper or tmux died or whose
+    deadline passed, launches queued jobs, and cleans up finished sessions.
 
     One line per action on stdout (JSON with --json). SIGTERM stops it with exit 0.
     Example: delegate monitor --interval 5 --json
@@ -778,17 +914,28 @@ def report(
         bool,
         typer.Option("--compact", help="First turn new NDJSON into day-partitioned Parquet."),
     ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", help="Let Spark's JVM and its warnings write to stderr."),
+    ] = False,
 ) -> int:
-    """Analyse the audit logs with Spark: per job, per agent, per session, per day.
+    """Analyse the audit logs with Spark: failures by reason, per job, agent, session and day.
 
     Example: delegate report --since 2026-11-01 --format html --out report/
     """
     from .services.report import run_report
 
     result = run_report(
-        _state(), logs=logs, master=master, since=since, out=out, fmt=fmt, compact=compact
+        _state(),
+        logs=logs,
+        master=master,
+        since=since,
+        out=out,
+        fmt=fmt,
+        compact=compact,
+        verbose=verbose,
     )
-    from .report.render import print_table  # PySpark behind it: only once it is known there
+    from .report.render import print_report  # PySpark behind it: only once it is known there
 
     if result.compacted is not None:
         print(
@@ -797,7 +944,7 @@ def report(
             file=sys.stderr,
         )
     if fmt == "table":
-        print_table(result.report)
+        print_report(result.report, generated_at=result.generated_at)
     for path in result.written:
         print(path)
     return 0
@@ -805,18 +952,23 @@ def report(
 
 @app.command()
 def doctor(as_json: JsonOpt = False) -> int:
-    """Check the state directory, the registry (corrupt records) and the bus.
+    """Check the state directory, the registry, tmux (socket folder, round trip) and the bus.
 
     Exit status 0 when everything is fine, 1 when something needs attention.
     Example: delegate doctor --json
     """
     from .services.doctor import healthy, run_checks
+    from .tables import Column, print_table, wants_json
 
     checks = run_checks(_state())
-    if as_json:
+    if wants_json(as_json):  # one object: the verdict and its checks
         _print_json({"healthy": healthy(checks), "checks": [c.to_dict() for c in checks]})
     else:
-        _table(None, ["CHECK", "STATUS", "DETAIL"], [[c.name, c.status, c.detail] for c in checks])
+        print_table(
+            ["CHECK", "STATUS", Column("DETAIL", free=True)],
+            [[c.name, c.status, c.detail] for c in checks],
+            empty="no checks ran",
+        )
     return 0 if healthy(checks) else 1
 
 

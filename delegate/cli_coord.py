@@ -14,9 +14,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from .errors import UsageError
+from .fastcoord import LOCK_TTL_S
+from .tables import print_json as _print_json
 
 if TYPE_CHECKING:
     from .coord.heartbeats import Thresholds
@@ -31,9 +35,7 @@ BreakDeadOpt = Annotated[
     bool,
     typer.Option("--break-dead", help="Take it from a holder whose heartbeat is DEAD (audited)."),
 ]
-WaitOpt = Annotated[
-    float, typer.Option("--wait", help="Seconds to wait while another holds it (default 0).")
-]
+WaitOpt = Annotated[float, typer.Option("--wait", help="Seconds to wait while another holds it.")]
 
 msg_app = typer.Typer(
     help="Messages between agents: send, recv, ack, export.", no_args_is_help=True
@@ -52,10 +54,6 @@ def _store() -> CoordStore:
     from .services.coord import open_coord
 
     return open_coord()
-
-
-def _print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False, sort_keys=True) + "\n")
 
 
 def _agent(given: str | None, option: str) -> str:
@@ -150,15 +148,23 @@ def msg_recv(
     Example: delegate msg recv --agent coder --wait 30 --json
     """
     from .coord.messages import receive
+    from .tables import Column, print_listing
 
-    found = receive(_store(), _agent(agent, "--agent"), wait_s=wait, limit=limit)
-    for message in found:
-        if as_json:
-            _print_json(message)
-        else:
-            data = "" if message["data"] is None else " " + json.dumps(message["data"])
-            to = message["to"] or "*"
-            print(f"{message['seq']} {message['from']} -> {to} {message['type']}{data}")
+    who = _agent(agent, "--agent")
+    found = receive(_store(), who, wait_s=wait, limit=limit)
+    print_listing(
+        found,
+        ["SEQ", "FROM", "TO", "TYPE", Column("DATA", free=True)],
+        lambda m: [
+            str(m["seq"]),
+            m["from"],
+            m["to"] or "*",
+            m["type"],
+            "-" if m["data"] is None else json.dumps(m["data"], ensure_ascii=False),
+        ],
+        as_json=as_json,
+        empty=f"no messages for {who}",
+    )
     return 0 if found else 1
 
 
@@ -236,7 +242,7 @@ def lock_acquire(
     owner: OwnerOpt = None,
     ttl: Annotated[
         float, typer.Option("--ttl", help="Seconds the lock lasts unless renewed.")
-    ] = 600.0,
+    ] = LOCK_TTL_S,
     wait: WaitOpt = 0.0,
     break_dead: BreakDeadOpt = False,
     as_json: JsonOpt = False,
@@ -259,7 +265,7 @@ def lock_acquire(
 def lock_renew(
     resource: Annotated[str, typer.Argument(help="The locked resource.")],
     owner: OwnerOpt = None,
-    ttl: Annotated[float, typer.Option("--ttl", help="Seconds from now.")] = 600.0,
+    ttl: Annotated[float, typer.Option("--ttl", help="Seconds from now.")] = LOCK_TTL_S,
     as_json: JsonOpt = False,
 ) -> int:
     """Extend your live lock; an expired one must be acquired again.
@@ -315,64 +321,118 @@ def lock_list(as_json: JsonOpt = False) -> int:
 
 
 def _list_leases(kind: str, as_json: bool) -> None:
-    from .coord.leases import iso_ms, listing
+    from .coord.leases import listing
+    from .tables import Column, print_listing
+    from .timefmt import human_duration
 
     store = _store()
     now = store.now()
-    for grant in listing(store, kind):
-        if as_json:
-            _print_json(grant.to_dict(now))
-        else:
-            mark = " (expired)" if grant.expires_ms <= now else ""
-            until = iso_ms(grant.expires_ms)
-            print(f"{grant.name}\t{grant.owner}\ttoken {grant.token}\tuntil {until}{mark}")
+
+    def expires(ms: int) -> str:
+        if ms <= now:
+            return f"expired {human_duration((now - ms) / 1000)} ago"
+        return f"in {human_duration((ms - now) / 1000)}"
+
+    resource: Column | str = Column("RESOURCE" if kind == "lock" else "TASK", free=True)
+    print_listing(
+        listing(store, kind),
+        [resource, "OWNER", "TOKEN", "HELD FOR", "EXPIRES"],
+        lambda g: [
+            g.name,
+            g.owner,
+            str(g.token),
+            human_duration((now - g.acquired_ms) / 1000),
+            expires(g.expires_ms),
+        ],
+        as_json=as_json,
+        to_json=lambda g: g.to_dict(now),
+        empty=f"no {kind}s held",
+    )
 
 
-CLAIM_ACTIONS = ("acquire", "renew", "release", "list")
+class _ClaimGroup(TyperGroup):
+    """`claim TASK` is `claim acquire TASK`: a first word that names no subcommand (nor asks
+    for help) is the task of an acquire."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = ["acquire", *args]
+        return super().parse_args(ctx, args)
 
 
-def claim(
-    words: Annotated[
-        list[str] | None,
-        typer.Argument(help="TASK, or: acquire TASK | renew TASK | release TASK | list"),
-    ] = None,
+claim_app = typer.Typer(
+    cls=_ClaimGroup,
+    help="Claim a task with a lease (first claim wins; exit 75 when another holds it).\n\n"
+    "`delegate claim TASK` is `claim acquire TASK`; then `claim renew TASK`,"
+    " `claim release TASK`, `claim list`.\n"
+    "Example: delegate claim build-docs --owner writer --lease 60",
+    no_args_is_help=True,
+)
+TaskArg = Annotated[str, typer.Argument(help="The task (any name).")]
+LeaseOpt = Annotated[float, typer.Option("--lease", help="Seconds the claim lasts unless renewed.")]
+
+
+@claim_app.command("acquire")
+def claim_acquire(
+    task: TaskArg,
     owner: OwnerOpt = None,
-    lease: Annotated[
-        float, typer.Option("--lease", help="Seconds the claim lasts unless renewed.")
-    ] = 60.0,
+    lease: LeaseOpt = 60.0,
     wait: WaitOpt = 0.0,
     break_dead: BreakDeadOpt = False,
     as_json: JsonOpt = False,
 ) -> int:
-    """Claim a task with a lease (first claim wins; exit 75 when another holds it).
+    """Claim TASK with a lease; prints its fencing token (exit 75 when another holds it).
 
-    `delegate claim TASK` claims; `claim renew TASK`, `claim release TASK`, `claim list`.
-    Example: delegate claim build-docs --owner writer --lease 60
+    Example: delegate claim acquire build-docs --owner writer --lease 60
     """
-    from .coord.leases import release, renew
     from .services.coord import acquire_lease
 
-    words = list(words or [])
-    action = words.pop(0) if words and words[0] in CLAIM_ACTIONS else "acquire"
-    if action == "list":
-        if words:
-            raise UsageError("claim list takes no task")
-        _list_leases("claim", as_json)
-        return 0
-    if len(words) != 1:
-        raise UsageError(f"claim {action} takes one TASK")
-    task = words[0]
-    store = _store()
-    who = _agent(owner, "--owner")
-    if action == "acquire":
-        grant = acquire_lease(
-            store, "claim", task, who, ttl_s=lease, wait_s=wait, break_dead=break_dead
-        )
-        _print_grant(grant, as_json)
-    elif action == "renew":
-        _print_grant(renew(store, "claim", task, who, ttl_s=lease), as_json)
-    else:
-        _announce([release(store, "claim", task, who)])
+    grant = acquire_lease(
+        _store(),
+        "claim",
+        task,
+        _agent(owner, "--owner"),
+        ttl_s=lease,
+        wait_s=wait,
+        break_dead=break_dead,
+    )
+    _print_grant(grant, as_json)
+    return 0
+
+
+@claim_app.command("renew")
+def claim_renew(
+    task: TaskArg, owner: OwnerOpt = None, lease: LeaseOpt = 60.0, as_json: JsonOpt = False
+) -> int:
+    """Extend your live claim by --lease seconds from now; an expired one must be claimed again.
+
+    Example: delegate claim renew build-docs --owner writer --lease 60
+    """
+    from .coord.leases import renew
+
+    _print_grant(renew(_store(), "claim", task, _agent(owner, "--owner"), ttl_s=lease), as_json)
+    return 0
+
+
+@claim_app.command("release")
+def claim_release(task: TaskArg, owner: OwnerOpt = None) -> int:
+    """Release your claim (exit 77 when you do not hold it).
+
+    Example: delegate claim release build-docs --owner writer
+    """
+    from .coord.leases import release
+
+    _announce([release(_store(), "claim", task, _agent(owner, "--owner"))])
+    return 0
+
+
+@claim_app.command("list")
+def claim_list(as_json: JsonOpt = False) -> int:
+    """Claims held now (and expired ones no one took yet, marked so).
+
+    Example: delegate claim list --json
+    """
+    _list_leases("claim", as_json)
     return 0
 
 
@@ -397,20 +457,43 @@ def heartbeat(
     return 0
 
 
-def agents(as_json: JsonOpt = False) -> int:
+def agents(
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Also the agents of jobs that have ended.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> int:
     """Every agent's last heartbeat: OK, WARN (30 s), STALE (100 s) or DEAD (5 min).
 
-    Thresholds: `[heartbeat] warn/stale/dead` (seconds) in delegate.toml.
+    The agents of jobs that have ended (a job's wrapper beats as the job id) are left out
+    unless --all. Thresholds: `[heartbeat] warn/stale/dead` (seconds) in delegate.toml.
     Example: delegate agents --json
     """
     from .coord.heartbeats import agents as listing
+    from .services.coord import finished_job_agents
+    from .tables import Column, print_listing
+    from .timefmt import human_duration
 
-    for row in listing(_store(), _thresholds()):
-        if as_json:
-            _print_json(row)
-        else:
-            task = f" {row['task']}" if row["task"] else ""
-            print(f"{row['agent']}\t{row['liveness']}\t{row['age_s']} s ago\t{row['status']}{task}")
+    found = listing(_store(), _thresholds())
+    hidden = set() if show_all else finished_job_agents([r["agent"] for r in found])
+    shown = [r for r in found if r["agent"] not in hidden]
+    empty = "no agent has sent a heartbeat"
+    if hidden:
+        empty = f"no agents of open jobs ({len(hidden)} of ended jobs hidden; --all shows them)"
+    print_listing(
+        shown,
+        ["AGENT", "LIVENESS", "LAST BEAT", "STATUS", "PROGRESS", Column("TASK", free=True)],
+        lambda r: [
+            r["agent"],
+            r["liveness"],
+            f"{human_duration(r['age_s'])} ago",
+            r["status"],
+            "-" if r["progress"] is None else f"{r['progress']:g}%",
+            r["task"] or "-",
+        ],
+        as_json=as_json,
+        empty=empty,
+    )
     return 0
 
 
@@ -459,13 +542,19 @@ def deadlocks(as_json: JsonOpt = False) -> int:
     """
     from .coord.deadlock import deadlocks as cycles
     from .coord.deadlock import describe
+    from .tables import Column, print_listing
 
     found = cycles(_store())
-    for cycle in found:
-        if as_json:
-            _print_json({"cycle": cycle, "agents": [step["agent"] for step in cycle]})
-        else:
-            print(describe(cycle))
+    listed: list[dict[str, Any]] = [
+        {"cycle": cycle, "agents": [step["agent"] for step in cycle]} for cycle in found
+    ]
+    print_listing(
+        listed,
+        ["AGENTS", Column("CYCLE", free=True)],
+        lambda c: [", ".join(c["agents"]), describe(c["cycle"])],
+        as_json=as_json,
+        empty="no deadlocks",
+    )
     return 1 if found else 0
 
 
@@ -663,7 +752,9 @@ def board_status(board: BoardOpt = None, as_json: JsonOpt = False) -> int:
 def bb_write(
     key: Annotated[str, typer.Argument(help="The key, e.g. task:q4 or cache:metrics.")],
     value: Annotated[str, typer.Argument(help="JSON, or any other text (stored as a string).")],
-    ttl: Annotated[float | None, typer.Option("--ttl", help="Seconds until it expires.")] = None,
+    ttl: Annotated[
+        float | None, typer.Option("--ttl", help="Seconds until it expires (default: never).")
+    ] = None,
     agent: Annotated[str | None, typer.Option("--agent", help="Who writes it.")] = None,
     if_version: Annotated[
         int | None,
@@ -734,12 +825,23 @@ def bb_list(
     Example: delegate bb list --prefix task:
     """
     from .coord.blackboard import entries
+    from .tables import Column, print_listing
+    from .timefmt import local_time
 
-    for entry in entries(_store(), prefix):
-        if as_json:
-            _print_json({k: entry[k] for k in ("key", "version", "source_agent", "expires_at")})
-        else:
-            print(entry["key"])
+    print_listing(
+        entries(_store(), prefix),
+        [Column("KEY", free=True), "VERSION", "AGENT", "UPDATED", "EXPIRES"],
+        lambda e: [
+            e["key"],
+            str(e["version"]),
+            e["source_agent"] or "-",
+            local_time(e["timestamp"]),
+            local_time(e["expires_at"]) if e["expires_at"] else "never",
+        ],
+        as_json=as_json,
+        to_json=lambda e: {k: e[k] for k in ("key", "version", "source_agent", "expires_at")},
+        empty=f"no blackboard entries under {prefix!r}" if prefix else "no blackboard entries",
+    )
     return 0
 
 
@@ -777,7 +879,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(board_app, name="board")
     app.add_typer(bb_app, name="bb")
     app.add_typer(bus_app, name="bus")
-    app.command("claim")(claim)
+    app.add_typer(claim_app, name="claim")
     app.command("heartbeat")(heartbeat)
     app.command("agents")(agents)
     app.command("block")(block)

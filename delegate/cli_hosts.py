@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -65,16 +64,22 @@ def host_list(
     """
     from .services.hosts import host_rows
     from .services.state import State
+    from .tables import print_listing
+    from .timefmt import human_timeout, local_time
 
-    for row in host_rows(State.open()):
-        if as_json:
-            sys.stdout.write(json.dumps(row, sort_keys=True) + "\n")
-        else:
-            state = "online" if row["online"] else "offline"
-            print(
-                f"{row['name']}\t{state}\tlast seen {row['last_seen'] or 'never'}"
-                f"\t{row['running_jobs']} running"
-            )
+    print_listing(
+        host_rows(State.open()),
+        ["HOST", "STATE", "LAST SEEN", "RUNNING", "LOST AFTER"],
+        lambda r: [
+            r["name"],
+            "online" if r["online"] else "offline",
+            local_time(r["last_seen"]) if r["last_seen"] else "never",
+            str(r["running_jobs"]),
+            human_timeout(r["lost_after_s"]),
+        ],
+        as_json=as_json,
+        empty="no agent hosts (add one with `delegate host add NAME`)",
+    )
     return 0
 
 

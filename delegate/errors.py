@@ -103,3 +103,28 @@ class BusError(DelegateError):
 
 class ConfigError(UsageError):
     pass
+
+
+class StartFailed(DelegateError):
+    """A job could not be started (launched here, or assigned to its host); it has ended
+    with `reason` (`launch_failed`, `assign_failed`) and the cause's message."""
+
+    def __init__(self, job_id: str, reason: str, cause: DelegateError) -> None:
+        self.job_id = job_id
+        self.reason = reason
+        self.cause = cause
+        self.exit_code = cause.exit_code
+        super().__init__(f"job {job_id} ended {reason}: {cause}")
+
+
+class WaitInterrupted(DelegateError):
+    """The person stopped waiting (Ctrl-C); the job itself goes on."""
+
+    exit_code = 130
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(
+            f"job {job_id} keeps running; 'delegate watch {job_id}' follows it,"
+            f" 'delegate cancel {job_id}' stops it"
+        )

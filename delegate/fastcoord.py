@@ -13,6 +13,8 @@ import sys
 from . import _fastjson as json
 from .errors import DelegateError, UsageError, say
 
+LOCK_TTL_S = 600.0  # `lock acquire|renew --ttl` when not given (the typer commands use it too)
+
 # option -> takes a value; per subcommand
 LOCK_OPTIONS: dict[str, dict[str, bool]] = {
     "acquire": {
@@ -118,14 +120,14 @@ def main_lock(argv: list[str]) -> int:
                 "lock",
                 resource,
                 owner,
-                ttl_s=_number(values, "--ttl", 600.0),
+                ttl_s=_number(values, "--ttl", LOCK_TTL_S),
                 wait_s=_number(values, "--wait", 0.0),
                 break_dead=bool(values.get("--break-dead")),
                 thresholds=thresholds,
             )
         elif action == "renew":
             grant = leases.renew(
-                store, "lock", resource, owner, ttl_s=_number(values, "--ttl", 600.0)
+                store, "lock", resource, owner, ttl_s=_number(values, "--ttl", LOCK_TTL_S)
             )
         else:
             events = [leases.release(store, "lock", resource, owner)]

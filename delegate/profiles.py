@@ -121,9 +121,29 @@ def one_off(cmd: str) -> Profile:
 
 
 def config_path(home: Path, env: Mapping[str, str] | None = None) -> Path:
+    """`$DELEGATE_CONFIG`, else `$DELEGATE_HOME/delegate.toml`.
+
+    A missing file at the default place is an empty configuration; a file named by
+    DELEGATE_CONFIG must be there and readable (a typo there would otherwise silently drop
+    every profile, cap and notifier): ConfigError (exit 64) when it is not.
+    """
     env = os.environ if env is None else env
     explicit = env.get(CONFIG_ENV)
-    return Path(explicit).expanduser() if explicit else home / "delegate.toml"
+    if not explicit:
+        return home / "delegate.toml"
+    path = Path(explicit).expanduser()
+    try:
+        with path.open("rb"):
+            pass
+    except FileNotFoundError:
+        raise ConfigError(f"{CONFIG_ENV} names {path}, which does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{CONFIG_ENV} names {path}, which is a folder, not a file") from None
+    except OSError as exc:
+        raise ConfigError(
+            f"{CONFIG_ENV} names {path}, which cannot be read ({exc.strerror})"
+        ) from None
+    return path
 
 
 def load_config(path: Path) -> dict[str, Any]:

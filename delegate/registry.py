@@ -337,6 +337,14 @@ class Registry:
             self._set_pending_marker(job_id, True)
             return self._save(job, None), True
 
+    def find_by_key(self, idempotency_key: str) -> Job | None:
+        """The job an idempotency key names, or None when the key is unused."""
+        digest = hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()
+        try:
+            return self.get(validate_job_id((self.keys_dir / digest).read_text().strip()))
+        except (FileNotFoundError, JobNotFound):
+            return None
+
     def transition(self, job_id: str, target: JobState, *, reason: str | None = None) -> Job:
         """Move a job to `target`; raise IllegalTransition when the table forbids it."""
         with self.locked():

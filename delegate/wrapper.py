@@ -356,7 +356,9 @@ def _run(job_id: str, relay: SignalRelay, given: State | None) -> int:
     mode = launch.get("prompt", "stdin")
     log_path = state.audit.job_dir(job_id, create=True) / "agent.log"
     workdir = Path(job.workdir or ".")
-    stdin_spec = subprocess.PIPE if mode == "stdin" else subprocess.DEVNULL
+    # A prompt on stdin takes the agent's stdin; otherwise the agent reads the pane's terminal
+    # (what `delegate send` types), as a program started in a terminal would.
+    stdin_spec = subprocess.PIPE if mode == "stdin" else _terminal_or_devnull()
     identity = AgentIdentity.of(launch.get("run_as"), job_id)
     if identity is not None:
         env.update(identity.env())
@@ -381,7 +383,7 @@ def _run_agent(
     argv: list[str],
     workdir: Path,
     env: dict[str, str],
-    stdin_spec: int,
+    stdin_spec: int | None,
     prompt_path: Path,
     log_path: Path,
     relay: SignalRelay,
@@ -439,6 +441,14 @@ def _run_agent(
         with contextlib.suppress(PublishRefused):
             report(state, job_id, event, detail=detail, data={"exit_status": returncode})
     return returncode if returncode >= 0 else 128 - returncode
+
+
+def _terminal_or_devnull() -> int | None:
+    """None (inherit the pane's terminal) when the wrapper's stdin is one, else /dev/null."""
+    try:
+        return None if os.isatty(sys.stdin.fileno()) else subprocess.DEVNULL
+    except (OSError, ValueError):
+        return subprocess.DEVNULL
 
 
 def _give_terminal(pgid: int) -> None:

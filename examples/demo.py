@@ -1,16 +1,17 @@
-"""`make demo`: submit a real job to the `shell` agent in tmux and follow it to the end.
+"""`make demo`: hand a real task to the `shell` agent in tmux, follow it, then report on it.
 
 Runs `delegate submit --agent shell --prompt-file examples/tasks/count-words.sh --wait`: the job
 is registered, its subscriber listens, the wrapper starts the example agent in a tmux session,
-and every event the agent reports is printed as it arrives. State goes to .demo-home/ and tmux
-sessions to the tmux server on socket `delegate-demo`, unless DELEGATE_HOME or
+and every event the agent reports is shown as it arrives (JSON lines when this is piped). Then
+`delegate report` reads the audit logs with Spark. State goes to .demo-home/ (ignored by git) and
+tmux sessions to the tmux server on socket `delegate-demo`, unless DELEGATE_HOME or
 DELEGATE_TMUX_SOCKET say otherwise.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -18,54 +19,33 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def run(command: list[str], env: dict[str, str]) -> int:
+    print(f"\n$ {shlex.join(command)}", flush=True)
+    return subprocess.run(command, env=env, check=False).returncode
+
+
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("DELEGATE_HOME", str(ROOT / ".demo-home"))
     env.setdefault("DELEGATE_TMUX_SOCKET", "delegate-demo")
     task = ROOT / "examples" / "tasks" / "count-words.sh"
-    command = [
+    submit = [
         "delegate",
         "submit",
         "--agent",
         "shell",
         "--prompt-file",
-        str(task),
-        "--workdir",
-        str(ROOT),
-        "--idle-timeout",
-        "60",
-        "--wait",
+        str(task.relative_to(ROOT)),
     ]
-    print("$ " + " ".join(command[:-1]) + " --wait")
-    submit = subprocess.Popen(
-        command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    assert submit.stdout is not None
-    job_id = None
-    for line in submit.stdout:
-        event = json.loads(line)
-        job_id = event["job_id"]
-        print(f"  seq {event['seq']:>2}  {event['event']:<10} {event['detail']}")
-    code = submit.wait()
-    stderr = submit.stderr.read() if submit.stderr else ""
-    print(f"submit exited with {code} ({'completed' if code == 0 else 'see below'})")
-    if code != 0 and stderr.strip():
-        print(stderr.strip())
-    if job_id is None:
-        return code or 1
-    show = subprocess.run(
-        ["delegate", "show", job_id, "--json"], env=env, text=True, capture_output=True, check=True
-    )
-    record = json.loads(show.stdout)
-    print(
-        f"job {job_id}: {record['status']}, {record['last_seq']} events,"
-        f" session {record['session']}"
-    )
-    print(f"audit log:  {record['audit_log']}")
-    print(f"agent log:  {Path(record['audit_log']).parent / 'agent.log'}")
-    print(f"look at it: tmux -L {env['DELEGATE_TMUX_SOCKET']} attach -t {record['session']}")
-    return code
+    code = run([*submit, "--workdir", ".", "--idle-timeout", "60", "--wait"], env)
+    if code != 0:
+        return code
+    code = run(["delegate", "ps", "--limit", "3"], env)
+    if code != 0:
+        return code
+    return run(["delegate", "report"], env)
 
 
 if __name__ == "__main__":
+    os.chdir(ROOT)
     sys.exit(main())

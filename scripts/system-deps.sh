@@ -1,29 +1,34 @@
 #!/usr/bin/env bash
-# Make sure the system tools delegate needs are installed.
+# Make sure the system tools delegate needs are installed: `demo` (what running it needs: tmux,
+# and Java for the Spark report) or `test` (that, plus what the test suite drives).
 # As root on Debian/Ubuntu this installs what is missing with apt-get; otherwise it stops with
 # one message naming the packages to install.
 set -euo pipefail
+purpose=${1:-test}
 
 missing=()
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
-command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
-command -v mosquitto_pub >/dev/null 2>&1 || missing+=(mosquitto-clients)
 java_ok=false
 if command -v java >/dev/null 2>&1; then
     major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)
     [ -n "$major" ] && [ "$major" -ge 17 ] && java_ok=true
 fi
 $java_ok || missing+=(openjdk-17-jre-headless)
-# headless Chromium renders the HTML report in the tests
-command -v chromium >/dev/null 2>&1 || missing+=(chromium)
-# cron: `delegate cron` edits crontabs through `crontab`, and a test runs the real daemon
-command -v crontab >/dev/null 2>&1 || missing+=(cron)
-# the shellcheck tool: `make lint` checks the shell/ wrappers
-command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
-# iproute2: the agent-host tests build network namespaces joined by a bridge (`ip netns`)
-command -v ip >/dev/null 2>&1 || missing+=(iproute2)
-# npm installs the real agent CLIs (claude, codex) into .cache/agents for the tests
-command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+
+if [ "$purpose" = test ]; then
+    command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
+    command -v mosquitto_pub >/dev/null 2>&1 || missing+=(mosquitto-clients)
+    # headless Chromium renders the HTML report in the tests
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    # cron: `delegate cron` edits crontabs through `crontab`, and a test runs the real daemon
+    command -v crontab >/dev/null 2>&1 || missing+=(cron)
+    # the shellcheck tool: `make lint` checks the shell/ wrappers
+    command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
+    # iproute2: the agent-host tests build network namespaces joined by a bridge (`ip netns`)
+    command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+    # npm installs the real agent CLIs (claude, codex) into .cache/agents for the tests
+    command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+fi
 
 [ ${#missing[@]} -eq 0 ] && exit 0
 

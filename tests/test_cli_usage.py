@@ -177,31 +177,40 @@ def test_secrets_stay_off_the_wire_and_out_of_the_audit_log(home: Path, job_id: 
         assert token not in text and "hunter2" not in text and "/root/private" not in text
 
 
-def test_the_demo_submits_a_real_job(tmp_path: Path, tmux_env):
+def test_the_demo_submits_a_real_job_and_reports_on_it(tmp_path: Path, tmux_env):
+    """`make demo`'s script at a terminal, from a fresh TMUX_TMPDIR and state: the job's events
+    as readable lines, the outcome in words, a `ps` table, then the Spark report."""
     import os
-    import subprocess
     import sys
+
+    from .pty_run import run_in_pty
 
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, **tmux_env, "DELEGATE_HOME": str(tmp_path / "demo")}
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    result = subprocess.run(
+    shown = run_in_pty(
         [sys.executable, str(root / "examples" / "demo.py")],
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        columns=100,
+        timeout=180,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    events = [line.split()[2] for line in result.stdout.splitlines() if line.startswith("  seq")]
+    assert shown.returncode == 0, shown.output
+    assert "{" not in shown.output  # no JSON at a terminal
+    events = [
+        line.split()[1]
+        for line in shown.output.splitlines()
+        if line[:2].isdigit() and line[2:3] == ":"  # `14:02:07  progress  ...`
+    ]
     assert events == ["started", "progress", "progress", "progress", "progress", "completed"]
-    assert "submit exited with 0 (completed)" in result.stdout
+    assert "completed in" in shown.output
+    assert "$ delegate ps --limit 3" in shown.output and "$ delegate report" in shown.output
     log_path = next(
         line.split(": ", 1)[1].strip()
-        for line in result.stdout.splitlines()
+        for line in shown.output.splitlines()
         if line.startswith("audit log:")
     )
     assert Path(log_path).is_file()
+    assert not (root / "examples" / "cron" / "nightly.log").exists()
 
 
 def test_report_names_what_is_missing_and_exits_69(home: Path, tmp_path: Path):

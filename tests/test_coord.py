@@ -15,7 +15,8 @@ import pytest
 from delegate.coord import blackboard, board, deadlock, heartbeats, leases
 from delegate.coord.store import CoordStore
 
-from .helpers import assert_one_line_error, json_lines, run_cli
+from .helpers import assert_one_line_error, cli_env, delegate_cmd, json_lines, run_cli
+from .pty_run import run_in_pty
 
 
 class Clock:
@@ -239,8 +240,10 @@ def test_every_cycle_is_reported(home: Path, store: CoordStore):
     assert result.returncode == 1, result.stderr
     cycles = [c["agents"] for c in json_lines(result.stdout)]
     assert sorted(cycles) == [["a", "b", "c"], ["d", "e"], ["f", "g"]]
-    text = run_cli(home, "deadlocks").stdout
-    assert "f -[cache]-> g -[db]-> f" in text and "a -> b -> c -> a" in text
+    assert run_cli(home, "deadlocks").stdout == result.stdout  # piped: the same JSON lines
+    shown = run_in_pty(delegate_cmd("deadlocks"), env=cli_env(home), columns=80)
+    assert shown.returncode == 1
+    assert "f -[cache]-> g -[db]-> f" in shown.output and "a -> b -> c -> a" in shown.output
     deadlock.unblock(store, "e")
     assert len(deadlock.deadlocks(store)) == 2
 
@@ -403,8 +406,8 @@ def test_blackboard_ttl_versions_prefixes_snapshot_render(
     stale = run_cli(home, "bb", "write", "note", "x", "--if-version", "7")
     assert stale.returncode == 75
     assert_one_line_error(stale)
-    listed = run_cli(home, "bb", "list", "--prefix", "cache:").stdout.split()
-    assert listed == ["cache:metrics", "cache:x"]
+    listed = json_lines(run_cli(home, "bb", "list", "--prefix", "cache:").stdout)
+    assert [e["key"] for e in listed] == ["cache:metrics", "cache:x"]
     snapshot = json.loads(run_cli(home, "bb", "snapshot", "--json").stdout)
     assert snapshot["cache:x"]["version"] == 1 and snapshot["cache:x"]["ttl"] == 900
     assert run_cli(home, "bb", "delete", "note").returncode == 0

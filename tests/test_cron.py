@@ -4,6 +4,7 @@ runs at once, a window's never-launched job launched once, and catching up misse
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -13,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from delegate.errors import UsageError
 from delegate.model import JobState
 from delegate.services import cron
 from delegate.services.state import State
 
 from .helpers import assert_one_line_error, json_lines, retry_until, run_cli
+from .tmux_fixtures import socket_path
 
 OTHERS = (
     "# my own crontab, keep it as it is\n"
@@ -54,6 +57,7 @@ def test_add_list_remove_touch_only_our_line(home: Path, tmp_path: Path):
     ours = text[len(OTHERS) + 1 :]
     assert ours.endswith("# delegate:nightly\n") and " cron run nightly " in ours
     assert f"DELEGATE_HOME={home}" in ours and "DELEGATE_TMUX_SOCKET" not in ours
+    assert ("TMUX_TMPDIR=" in ours) == bool(os.environ.get("TMUX_TMPDIR"))
     socketed = cron.cron_line(
         State.open(env={"DELEGATE_HOME": str(home), "DELEGATE_TMUX_SOCKET": "night"}),
         "n",
@@ -188,7 +192,7 @@ def test_a_windows_never_launched_job_is_launched_once(home: Path, tmux_env, tmp
     state.registry.update(
         crashed.job_id,
         session=f"dlg-{crashed.job_id}",
-        tmux_socket=f"/tmp/tmux-{os.getuid()}/{tmux_env['DELEGATE_TMUX_SOCKET']}",
+        tmux_socket=socket_path(tmux_env["DELEGATE_TMUX_SOCKET"]),
         workdir=str(tmp_path),
     )
     (tmp_path / "launch.sh").write_text("echo launched >> launched.txt\n")
@@ -312,3 +316,117 @@ def test_the_cron_daemon_fires_an_entry_and_its_job_completes(home: Path, tmux_e
     removed = run_cli(home, "cron", "remove", "nightly", env=env)
     assert removed.returncode == 0, removed.stderr
     assert tab.read_bytes() == others.encode()  # the other lines, byte for byte
+
+
+BAD_SCHEDULES = {
+    "minute-61": ("61 2 * * *", "minute field '61' is out of range (0-59)"),
+    "four-fields": (
+        "0 2 * *",
+        "expected 5 fields (minute hour day-of-month month day-of-week), got 4",
+    ),
+    "six-fields": (
+        "0 2 * * * *",
+        "expected 5 fields (minute hour day-of-month month day-of-week), got 6",
+    ),
+    "hour-24": ("0 24 * * *", "hour field '24' is out of range (0-23)"),
+    "day-0": ("0 2 0 * *", "day-of-month field '0' is out of range (1-31)"),
+    "day-32": ("0 2 32 * *", "day-of-month field '32' is out of range (1-31)"),
+    "month-13": ("0 2 * 13 *", "month field '13' is out of range (1-12)"),
+    "month-name": (
+        "0 2 * foo *",
+        "month field 'foo': 'foo' is not a number (1-12) or a name (jan-dec)",
+    ),
+    "weekday-8": ("0 2 * * 8", "day-of-week field '8' is out of range (0-7)"),
+    "in-a-list": ("1,61 * * * *", "minute field '1,61': 61 is out of range (0-59)"),
+    "in-a-range": ("0 2-25 * * *", "hour field '2-25': 25 is out of range (0-23)"),
+    "backwards-range": (
+        "5-1 * * * *",
+        "minute field '5-1': the range '5-1' goes backwards (cron needs low-high)",
+    ),
+    "step-0": ("*/0 * * * *", "minute field '*/0': step '0' must be a number from 1 to 60"),
+    "step-too-big": ("0 */25 * * *", "hour field '*/25': step '25' must be a number from 1 to 24"),
+    "double-step": (
+        "*/5/2 * * * *",
+        "minute field '*/5/2': step '5/2' must be a number from 1 to 60",
+    ),
+    "step-of-a-number": (
+        "5/2 * * * *",
+        "minute field '5/2': a step needs * or a range before it (*/2, 0-30/2)",
+    ),
+    "empty-item": ("1,,2 * * * *", "minute field '1,,2': an empty item in the list"),
+    "letters": ("x 2 * * *", "minute field 'x': 'x' is not a number (0-59)"),
+    "croniter-only-L": ("0 2 L * *", "day-of-month field 'L': 'L' is not a number (1-31)"),
+    "never-fires": ("0 2 30 2 *", "it never fires (no such day in those months)"),
+}
+
+
+@pytest.mark.parametrize("schedule,problem", list(BAD_SCHEDULES.values()), ids=list(BAD_SCHEDULES))
+def test_a_bad_schedule_names_the_field_and_its_range(schedule: str, problem: str):
+    with pytest.raises(UsageError) as caught:
+        cron._validate_schedule(schedule)
+    assert str(caught.value) == f"cron schedule {schedule!r}: {problem}"
+
+
+@pytest.mark.parametrize(
+    "schedule,normal",
+    [
+        ("0 2 * * *", "0 2 * * *"),
+        ("  */15   9-17 * * 1-5 ", "*/15 9-17 * * 1-5"),
+        ("0 0 1,15 jan-jun sun", "0 0 1,15 jan-jun sun"),
+        ("0-30/10 0 * * 7", "0-30/10 0 * * 7"),
+        ("59 23 31 12 *", "59 23 31 12 *"),
+    ],
+    ids=["nightly", "spaced", "names", "range-step", "highs"],
+)
+def test_good_schedules_pass_normalised(schedule: str, normal: str):
+    assert cron._validate_schedule(schedule) == normal
+
+
+def test_cron_add_with_a_bad_schedule_says_so_in_one_line(home: Path, tmp_path: Path):
+    tab = tmp_path / "crontab"
+    result = run_cli(home, "cron", "add", "61 2 * * *", str(job_file(tmp_path)), "--file", str(tab))
+    assert_one_line_error(result)
+    assert result.returncode == 64
+    assert result.stderr == (
+        "delegate: cron schedule '61 2 * * *': minute field '61' is out of range (0-59)\n"
+    )
+    assert not tab.exists()
+
+
+def test_the_cron_line_carries_where_state_and_tmux_live(tmp_path: Path):
+    """DELEGATE_HOME always; DELEGATE_CONFIG, DELEGATE_TMUX_SOCKET and TMUX_TMPDIR when set, so
+    cron's jobs land on the tmux server the person looks at. Quoted for cron's shell: the line's
+    command, as cron hands it to /bin/sh (`\\%` -> `%`), sets each variable to the exact value."""
+    home = tmp_path / "state dir's %d"
+    config = tmp_path / "conf $HOME" / "delegate.toml"
+    tmpdir = tmp_path / "tmux;dir"
+    env = {
+        "DELEGATE_HOME": str(home),
+        "DELEGATE_CONFIG": str(config),
+        "DELEGATE_TMUX_SOCKET": "night",
+        "TMUX_TMPDIR": str(tmpdir),
+    }
+    line = cron.cron_line(State.open(env=env), "nightly", "0 2 * * *")
+    assert line.startswith("0 2 * * * DELEGATE_HOME=") and line.endswith(" # delegate:nightly")
+    command = line.split(" ", 5)[5]
+    assert re.search(r"(?<!\\)%", command) is None  # no bare % for cron to cut the line at
+    settings = command.split(f" {cron.cron_quote(str(Path(sys.executable).parent / 'delegate'))}")[
+        0
+    ]
+    shown = subprocess.run(
+        ["/bin/sh", "-c", settings.replace("\\%", "%") + " env -0"],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        timeout=30,
+        check=True,
+    ).stdout.decode()
+    got = dict(item.split("=", 1) for item in shown.split("\0") if "=" in item)
+    assert got["DELEGATE_HOME"] == str(home)
+    assert got["DELEGATE_CONFIG"] == str(config)
+    assert got["DELEGATE_TMUX_SOCKET"] == f"{tmpdir}/tmux-{os.getuid()}/night"
+    assert got["TMUX_TMPDIR"] == str(tmpdir)
+    bare = cron.cron_line(State.open(env={"DELEGATE_HOME": str(home)}), "n", "0 2 * * *")
+    assert "DELEGATE_HOME=" in bare
+    assert all(f"{name}=" not in bare for name in cron.CRON_ENV[1:])
+    with pytest.raises(UsageError):
+        cron.cron_quote("two\nlines")

@@ -684,3 +684,14 @@ def test_a_job_queued_on_its_host_waits_there_under_no_deadline(
             retry_until(lambda j=job_id: here.registry.get(j).status.terminal, timeout=60)
             assert here.registry.get(job_id).status is JobState.COMPLETED
         assert (work / "second.txt").read_text() == "second\n"
+
+
+def test_waiting_on_an_offline_host_says_so_once_and_what_comes_next(sides: Sides, tmp_path: Path):
+    # h1 is added but never served: no presence on the broker, lost after 4 s (the fixture)
+    waited = sides.submit("echo never", "--wait")
+    assert waited.returncode == 1, waited.stderr
+    said = [line for line in waited.stderr.splitlines() if " is offline " in line]
+    assert len(said) == 1, waited.stderr
+    assert "host h1 is offline (never heard from)" in said[0]
+    assert "ends host_lost if it stays silent for 4s" in said[0]
+    assert "its agent host stopped answering (host_lost)" in waited.stderr

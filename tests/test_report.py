@@ -89,16 +89,24 @@ def plain_report(logs: Path) -> dict[str, Any]:
         except (ValueError, KeyError):
             continue
     per_job: dict[str, dict[str, Any]] = defaultdict(
-        lambda: {"registered": [], "ended": [], "changes": [], "events": {}, "rejected": {}}
+        lambda: {
+            "registered": [],
+            "ended": [],
+            "changes": [],
+            "events": {},
+            "rejected": {},
+            "times": [],
+        }
     )
     for obj in lines:
         job, t, kind = per_job[obj["job_id"]], _time(obj["ts"]), obj["kind"]
+        job["times"].append(t)
         if kind == "registered":
             job["registered"].append(t)
         elif kind == "status_changed":
             job["changes"].append((t, obj.get("status")))
             if obj.get("status") in TERMINAL:
-                job["ended"].append(t)
+                job["ended"].append((t, obj.get("error")))
         elif kind in ("published", "received") and obj.get("seq") is not None:
             seq = obj["seq"]
             if seq not in job["events"] or t < job["events"][seq][0]:
@@ -108,13 +116,22 @@ def plain_report(logs: Path) -> dict[str, Any]:
     jobs = {}
     for job_id, job in per_job.items():
         registered = min(job["registered"]) if job["registered"] else None
-        ended = min(job["ended"]) if job["ended"] else None
+        ended, ended_error = min(job["ended"], key=lambda e: e[0]) if job["ended"] else (None, None)
         last_status = max(job["changes"], key=lambda c: c[0])[1] if job["changes"] else None
         record = status.get(job_id, {})
+        state = record.get("status") or last_status or "pending"
+        error = record.get("error") if isinstance(record.get("error"), str) else ended_error
+        reason = None
+        if state == "error":
+            reason = (error or "").split(":")[0].strip() or "unknown"
         times = sorted((t, seq) for seq, (t, _event) in job["events"].items())
         gaps = [(b[0] - a[0]).total_seconds() for a, b in itertools.pairwise(times)]
         jobs[job_id] = {
-            "status": record.get("status") or last_status or "pending",
+            "status": state,
+            "error": error,
+            "failure_reason": reason,
+            "first_seen": min(job["times"]),
+            "last_seen": max(job["times"]),
             "agent": record.get("agent") or "-",
             "session": record.get("session") or "-",
             "registered": registered,
@@ -160,7 +177,28 @@ def plain_report(logs: Path) -> dict[str, Any]:
             days[job["ended"].date().isoformat()]["completed"] += 1
         if job["ended"] and job["status"] == "error":
             days[job["ended"].date().isoformat()]["failed"] += 1
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for job_id, job in jobs.items():
+        if job["failure_reason"]:
+            by_reason[job["failure_reason"]].append(job_id)
+    failures = [
+        {
+            "reason": reason,
+            "jobs": len(ids),
+            "examples": sorted(
+                ids,
+                key=lambda i: (jobs[i]["registered"] or jobs[i]["first_seen"], i),
+                reverse=True,
+            )[:3],
+        }
+        for reason, ids in sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    ]
     return {
+        "failures": failures,
+        "covers": (
+            min((j["first_seen"] for j in jobs.values()), default=None),
+            max((j["last_seen"] for j in jobs.values()), default=None),
+        ),
         "jobs": jobs,
         "agents": group("agent"),
         "sessions": group("session"),
@@ -187,7 +225,15 @@ def assert_same(report, expected: dict[str, Any]) -> None:
     assert {j["job_id"] for j in report.jobs} == set(expected["jobs"])
     for job in report.jobs:
         want = expected["jobs"][job["job_id"]]
-        for field in ("status", "agent", "session", "events", "permission_requests"):
+        for field in (
+            "status",
+            "agent",
+            "session",
+            "events",
+            "permission_requests",
+            "error",
+            "failure_reason",
+        ):
             assert job[field] == want[field], (job["job_id"], field)
         for field in ("duration_s", "time_to_first_event_s", "longest_silence_s"):
             assert close(job[field], want[field]), (job["job_id"], field, job[field], want[field])
@@ -199,6 +245,10 @@ def assert_same(report, expected: dict[str, Any]) -> None:
         for value, want in expected[name].items():
             for field, number in want.items():
                 assert close(got[value][field], number), (name, value, field)
+    assert report.failures == expected["failures"]
+    first, last = expected["covers"]
+    assert _time(report.totals["covers_from"]) == first
+    assert _time(report.totals["covers_to"]) == last
     got_days = {row["day"].isoformat(): row for row in report.days}
     assert set(got_days) == set(expected["days"])
     for day, want in expected["days"].items():
@@ -217,6 +267,7 @@ def test_every_figure_matches_plain_python(spark, tmp_path: Path):
     assert report.totals["malformed_lines"] > 0  # the generator did make some
     assert any(j["status"] == "running" for j in report.jobs)
     assert any(j["rejected_by_reason"] for j in report.jobs)
+    assert len(report.failures) >= 2  # the generator's jobs fail for several reasons
     assert_same(report, expected)
 
 
@@ -396,7 +447,7 @@ def test_html_report_renders_in_headless_chromium(spark, tmp_path: Path):
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
     for chart in ("durations", "outcomes", "agents"):
-        section = dom.stdout.split(f'id="chart-{chart}"', 1)[1].split("</section>", 1)[0]
+        section = dom.stdout.split(f'id="chart-{chart}"', 1)[1].split("</figure>", 1)[0]
         assert "<svg" in section and ("<path" in section or "<rect" in section), chart
     shot = tmp_path / "shot.png"
     subprocess.run(
@@ -448,11 +499,15 @@ def test_report_cli_json_and_bad_input(tmp_path: Path):
         "--compact",
         "--master",
         "local[1]",
+        "--verbose",
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    # --verbose lets Spark's own lines through (without it they go to analytics/spark.log)
+    assert "WARN" in result.stderr or "log4j" in result.stderr.lower(), result.stderr[-3000:]
     data = json.loads((out / "report.json").read_text())
     assert data["totals"]["jobs"] == 12
+    assert datetime.fromisoformat(data["generated_at"]).tzinfo is not None
     held = {(r["type"], r["resource"]): r for r in data["resources"]}
     db, t1 = held[("lock", "db")], held[("claim", "t1")]
     assert (db["grants"], db["holds"], db["avg_hold_s"], db["max_hold_s"]) == (3, 2, 20.0, 30.0)

@@ -485,7 +485,7 @@ def test_submit_waits_at_a_terminal_and_returns_at_once_without_one(
     )
     os.close(follower)
     seen = b""
-    while b'"started"' not in seen:
+    while b" started " not in seen:
         seen += os.read(leader, 4096)
     assert proc.poll() is None  # still following the job
     gate.touch()
@@ -499,7 +499,11 @@ def test_submit_waits_at_a_terminal_and_returns_at_once_without_one(
         seen += chunk
     assert proc.wait(timeout=60) == 0
     os.close(leader)
-    events = [
-        json.loads(line)["event"] for line in seen.decode().splitlines() if line.startswith("{")
+    # at a terminal: one readable line per event (`14:02:07  started  shell starting`)
+    lines = seen.decode().replace("\r\n", "\n").splitlines()
+    assert not any("{" in line for line in lines)
+    assert [line.split()[1] for line in lines if line.strip()] == [
+        "started",
+        "progress",
+        "completed",
     ]
-    assert events == ["started", "progress", "completed"]

@@ -12,6 +12,12 @@ Definitions (the tests recompute each one in plain Python):
 - per agent / per session: jobs, completed, error, cancelled, success rate = completed over
   ended jobs, p50/p95 of durations (exact percentiles, linear interpolation).
 - per day (UTC): submitted (registered), completed and failed (error) by the day they ended.
+- error: the job's `error` in status.json, else the `error` of its first terminal
+  `status_changed` line. failure reason: for a job whose status is `error`, that text up to its
+  first `:` (`agent_exited: exit status 3` is `agent_exited`), `unknown` when there is none.
+- failures: per failure reason, the failed jobs (most first, then by reason) and up to three
+  examples, the most recently registered first.
+- the time range covered: the earliest line of a counted job to the latest line of one.
 """
 
 from __future__ import annotations
@@ -58,22 +64,32 @@ _NUMBERS = {"cost_usd": float, "tokens_in": int, "tokens_out": int}
 COLUMNS = [f.name for f in LINE_SCHEMA.fields]
 
 
-def spark_session(master: str | None = None, *, app: str = "delegate-report") -> SparkSession:
+EXAMPLES = 3  # example job ids per failure reason
+
+
+def spark_session(
+    master: str | None = None, *, app: str = "delegate-report", verbose: bool = False
+) -> SparkSession:
+    """A small Spark for a report: no UI, no progress bars, few shuffle partitions, and its
+    logs at error level (warnings too when `verbose`)."""
     log_config = Path(__file__).with_name("log4j2.properties")
     builder = (
         SparkSession.builder.appName(app)
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_config}")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.ui.showConsoleProgress", "false")
     )
+    if not verbose:
+        builder = builder.config(
+            "spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_config}"
+        )
     if master:
         builder = builder.master(master)
     elif "spark.master" not in builder._options:
         builder = builder.master("local[*]")
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     return session
 
 
@@ -141,6 +157,7 @@ class Report(NamedTuple):
     days: list[dict[str, Any]]
     totals: dict[str, Any]
     resources: list[dict[str, Any]] = []  # noqa: RUF012 - a NamedTuple default, never mutated
+    failures: list[dict[str, Any]] = []  # noqa: RUF012 - a NamedTuple default, never mutated
 
 
 def _seconds(later: Any, earlier: Any) -> Any:
@@ -171,13 +188,13 @@ def compute_frames(
             "permission_requests"
         ),
     )
+    ends = (F.col("kind") == "status_changed") & F.col("status").isin(*TERMINAL)
     marks = lines.groupBy("job_id").agg(
         F.min(F.when(F.col("kind") == "registered", F.col("t"))).alias("registered_at"),
-        F.min(
-            F.when(
-                (F.col("kind") == "status_changed") & F.col("status").isin(*TERMINAL), F.col("t")
-            )
-        ).alias("ended_at"),
+        F.min(F.when(ends, F.col("t"))).alias("ended_at"),
+        F.min_by(F.when(ends, F.col("error")), F.when(ends, F.col("t"))).alias("ended_error"),
+        F.min("t").alias("first_seen_at"),
+        F.max("t").alias("last_seen_at"),
         F.max_by(
             F.when(F.col("kind") == "status_changed", F.col("status")),
             F.when(F.col("kind") == "status_changed", F.col("t")),
@@ -199,7 +216,14 @@ def compute_frames(
     jobs = (
         marks.join(
             status.select(
-                "job_id", "status", "agent", "session", "cost_usd", "tokens_in", "tokens_out"
+                "job_id",
+                "status",
+                "agent",
+                "session",
+                F.col("error").alias("status_error"),
+                "cost_usd",
+                "tokens_in",
+                "tokens_out",
             ),
             "job_id",
             "left",
@@ -225,6 +249,19 @@ def compute_frames(
             "cost_usd",
             "tokens_in",
             "tokens_out",
+            F.coalesce("status_error", "ended_error").alias("error"),
+            "first_seen_at",
+            "last_seen_at",
+        )
+        .withColumn(
+            "failure_reason",
+            F.when(
+                F.col("status") == "error",
+                F.coalesce(
+                    F.nullif(F.trim(F.split(F.col("error"), ":").getItem(0)), F.lit("")),
+                    F.lit("unknown"),
+                ),
+            ),
         )
     )
     if since is not None:
@@ -280,7 +317,28 @@ def compute_frames(
         )
         .orderBy("day")
     )
-    return {"jobs": jobs, "agents": per("agent"), "sessions": per("session"), "days": days}
+    latest_first = F.sort_array(
+        F.collect_list(F.struct(F.coalesce("registered_at", "first_seen_at"), "job_id")),
+        asc=False,
+    )
+    failures = (
+        jobs.filter(F.col("failure_reason").isNotNull())
+        .groupBy(F.col("failure_reason").alias("reason"))
+        .agg(
+            F.count("*").alias("jobs"),
+            F.transform(F.slice(latest_first, 1, EXAMPLES), lambda s: s["job_id"]).alias(
+                "examples"
+            ),
+        )
+        .orderBy(F.desc("jobs"), "reason")
+    )
+    return {
+        "jobs": jobs,
+        "agents": per("agent"),
+        "sessions": per("session"),
+        "days": days,
+        "failures": failures,
+    }
 
 
 COORD_SCHEMA = "ts_ms LONG, kind STRING, actor STRING, subject STRING, data STRING"
@@ -344,14 +402,20 @@ def compute(
 def collect(frames: dict[str, DataFrame], *, malformed: int = 0) -> Report:
     """Bring the tables to the driver as plain rows."""
     jobs = sorted(_rows(frames["jobs"]), key=lambda j: (str(j["registered_at"]), j["job_id"]))
+    seen = [j["first_seen_at"] for j in jobs if j["first_seen_at"]]
+    last = [j["last_seen_at"] for j in jobs if j["last_seen_at"]]
     totals = {
         "jobs": len(jobs),
         "events": sum(j["events"] for j in jobs),
         "rejected": sum(j["rejected"] for j in jobs),
         "permission_requests": sum(j["permission_requests"] for j in jobs),
         "malformed_lines": malformed,
+        "failed": sum(1 for j in jobs if j["status"] == "error"),
+        "covers_from": min(seen) if seen else None,  # same-format UTC text: orders as time
+        "covers_to": max(last) if last else None,
     }
     resources = _rows(frames["resources"]) if "resources" in frames else []
+    failures = _rows(frames["failures"]) if "failures" in frames else []
     return Report(
         jobs,
         _rows(frames["agents"]),
@@ -359,4 +423,5 @@ def collect(frames: dict[str, DataFrame], *, malformed: int = 0) -> Report:
         _rows(frames["days"]),
         totals,
         resources,
+        sorted(failures, key=lambda f: (-f["jobs"], f["reason"])),
     )

@@ -41,6 +41,21 @@ def _dump(obj: dict[str, Any]) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":")) + "\n"
 
 
+# Why generated jobs fail, as the wrapper and the monitor word it; picked from the job id, so
+# the random sequence (and every other figure of a seed) stays what it was.
+FAILURES = (
+    "agent_exited: exit status 1",
+    "agent_exited: exit status 3",
+    "idle_timeout",
+    "agent_error: generated",
+    "launch_failed: tmux new-session failed",
+)
+
+
+def _failure(job_id: str) -> str:
+    return FAILURES[int(job_id, 16) % len(FAILURES)]
+
+
 def _job_lines(
     rng: random.Random, spec: Spec, job_id: str, t: datetime
 ) -> tuple[list[str], str, str | None, datetime]:
@@ -107,7 +122,7 @@ def _job_lines(
                 excerpt="{...",
             )
         if event in ("completed", "error"):
-            change(outcome, "agent_error: generated" if outcome == "error" else None)
+            change(outcome, _failure(job_id) if outcome == "error" else None)
         # silences: mostly seconds, now and then many minutes
         gap = rng.expovariate(1 / 20) if rng.random() > 0.03 else rng.uniform(600, 5400)
         t += timedelta(seconds=gap)

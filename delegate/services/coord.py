@@ -21,7 +21,14 @@ from ..coord.store import CoordStore
 
 log = get_logger(__name__)
 
-__all__ = ["acquire_lease", "announce", "default_agent", "heartbeat_thresholds", "open_coord"]
+__all__ = [
+    "acquire_lease",
+    "announce",
+    "default_agent",
+    "finished_job_agents",
+    "heartbeat_thresholds",
+    "open_coord",
+]
 
 
 def open_coord(env: Mapping[str, str] | None = None) -> CoordStore:
@@ -91,3 +98,31 @@ def announce(events: list[dict[str, Any]], env: Mapping[str, str] | None = None)
             log.warning(
                 "coordination event %s not published on the job's bus: %s", event["kind"], exc
             )
+
+
+def finished_job_agents(agents: list[str], env: Mapping[str, str] | None = None) -> set[str]:
+    """The agents among `agents` that belong to a job that has ended: a job's wrapper beats
+    under the job's id (and an agent in a job is that job unless DELEGATE_AGENT_ID says
+    otherwise), so an agent named as a job whose record is terminal is done for good."""
+    from ..errors import DelegateError
+    from ..model import validate_job_id
+    from .state import State
+
+    env = os.environ if env is None else env
+    candidates = []
+    for agent in agents:
+        try:
+            candidates.append(validate_job_id(agent))
+        except DelegateError:
+            continue
+    if not candidates:
+        return set()
+    registry = State.open(env).registry
+    ended = set()
+    for job_id in candidates:
+        try:
+            if registry.get(job_id).status.terminal:
+                ended.add(job_id)
+        except DelegateError:
+            continue  # no such job here: an agent that merely looks like a job id
+    return ended

@@ -116,13 +116,96 @@ class Crontab(NamedTuple):
             raise DelegateError(f"crontab could not be written: {result.stderr.strip()}")
 
 
-def _validate_schedule(schedule: str) -> str:
-    from croniter import croniter
+class _Field(NamedTuple):
+    name: str
+    low: int
+    high: int
+    names: tuple[str, ...] = ()  # names[i] stands for low + i
 
-    schedule = " ".join(schedule.split())
-    if len(schedule.split()) != 5 or not croniter.is_valid(schedule):
-        raise UsageError(f"{schedule!r} is not a five-field cron schedule")
-    return schedule
+
+FIELDS = (
+    _Field("minute", 0, 59),
+    _Field("hour", 0, 23),
+    _Field("day-of-month", 1, 31),
+    _Field(
+        "month",
+        1,
+        12,
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
+    ),
+    _Field("day-of-week", 0, 7, ("sun", "mon", "tue", "wed", "thu", "fri", "sat")),
+)
+
+
+def _field_problem(field: _Field, text: str) -> str | None:
+    """What is wrong with one field of a schedule, in words; None when cron takes it.
+
+    The grammar is cron's own (Debian's cron reads the line): `*`, numbers, names for months
+    and weekdays, `a-b` ranges, `/step` and comma lists; croniter's extensions (L, W, #, ?)
+    would be taken here and refused by cron, so they are refused here.
+    """
+    where = f"{field.name} field {text!r}"
+    span = f"{field.low}-{field.high}"
+
+    def value(word: str) -> int | str:
+        if word.isdigit():
+            number = int(word)
+            if not field.low <= number <= field.high:
+                if word == text:
+                    return f"{where} is out of range ({span})"
+                return f"{where}: {word} is out of range ({span})"
+            return number
+        if word.lower() in field.names:
+            return field.low + field.names.index(word.lower())
+        named = f" or a name ({field.names[0]}-{field.names[-1]})" if field.names else ""
+        return f"{where}: {word!r} is not a number ({span}){named}"
+
+    for item in text.split(","):
+        if not item:
+            return f"{where}: an empty item in the list"
+        base, slash, step = item.partition("/")
+        widest = field.high - field.low + 1
+        if slash and (not step.isdigit() or not 1 <= int(step) <= widest):
+            return f"{where}: step {step!r} must be a number from 1 to {widest}"
+        if base == "*":
+            continue
+        first, dash, last = base.partition("-")
+        if slash and not dash:
+            return f"{where}: a step needs * or a range before it (*/{step}, 0-30/{step})"
+        start = value(first)
+        if isinstance(start, str):
+            return start
+        if dash:
+            end = value(last)
+            if isinstance(end, str):
+                return end
+            if end < start:
+                return f"{where}: the range {base!r} goes backwards (cron needs low-high)"
+    return None
+
+
+def _validate_schedule(schedule: str) -> str:
+    """The schedule with its spacing normalised, or UsageError naming what is wrong: the field,
+    its value and the range it allows."""
+    from croniter import CroniterBadDateError, croniter
+
+    words = schedule.split()
+    normal = " ".join(words)
+    said = f"cron schedule {schedule.strip()!r}"
+    if len(words) != len(FIELDS):
+        names = " ".join(f.name for f in FIELDS)
+        raise UsageError(f"{said}: expected 5 fields ({names}), got {len(words)}")
+    for field, text in zip(FIELDS, words, strict=True):
+        problem = _field_problem(field, text)
+        if problem is not None:
+            raise UsageError(f"{said}: {problem}")
+    if not croniter.is_valid(normal):
+        raise UsageError(f"{said}: croniter cannot read it")
+    try:
+        croniter(normal, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
+    except CroniterBadDateError:
+        raise UsageError(f"{said}: it never fires (no such day in those months)") from None
+    return normal
 
 
 def describe(schedule: str) -> str:
@@ -190,20 +273,47 @@ class CronBook:
         atomic_write(self.path, json.dumps(entries, indent=2, sort_keys=True).encode())
 
 
+CRON_ENV = ("DELEGATE_HOME", "DELEGATE_CONFIG", "DELEGATE_TMUX_SOCKET", "TMUX_TMPDIR")
+
+
+def cron_quote(value: str) -> str:
+    """`value` as one shell word on a crontab line: single-quoted where needed, and `%`
+    escaped (cron turns a bare `%` into a newline and feeds the rest to stdin; it drops the
+    backslash of `\\%`). A line break cannot be on a crontab line at all: refused."""
+    if "\n" in value or "\r" in value:
+        raise UsageError(f"{value!r} holds a line break; it cannot go on a crontab line")
+    return shlex.quote(value).replace("%", "\\%")
+
+
+def cron_settings(state: State) -> list[tuple[str, str]]:
+    """The variables a cron line sets, as the adding shell has them: where the state lives
+    (DELEGATE_HOME, always), the config file (DELEGATE_CONFIG), and where tmux lives
+    (DELEGATE_TMUX_SOCKET as the socket's path, TMUX_TMPDIR), so the jobs cron starts land in the
+    state dir and on the tmux server the person who added the line looks at."""
+    from ..tmux import SOCKET_ENV, socket_path_for
+
+    env = state.env
+    found = [("DELEGATE_HOME", str(state.layout.home))]
+    if env.get("DELEGATE_CONFIG"):
+        found.append(
+            ("DELEGATE_CONFIG", os.path.abspath(os.path.expanduser(env["DELEGATE_CONFIG"])))
+        )
+    if env.get(SOCKET_ENV):  # the tmux server jobs go to, as when the line was added
+        found.append((SOCKET_ENV, socket_path_for(env[SOCKET_ENV], env)))
+    if env.get("TMUX_TMPDIR"):
+        found.append(("TMUX_TMPDIR", os.path.abspath(env["TMUX_TMPDIR"])))
+    return found
+
+
 def cron_line(state: State, name: str, schedule: str, *, run_as: str | None = None) -> str:
     """The crontab line of an entry: absolute paths, quoted for the shell cron runs it with.
 
     `run_as`: the user column a system crontab (an /etc/cron.d file) has after the schedule.
     """
-    from ..tmux import SOCKET_ENV, socket_path_for
-
     exe = Path(sys.executable).parent / "delegate"
-    settings = f"DELEGATE_HOME={shlex.quote(str(state.layout.home))}"
-    if state.env.get(SOCKET_ENV):  # the tmux server jobs go to, as when the line was added
-        socket = socket_path_for(state.env[SOCKET_ENV], state.env)
-        settings += f" {SOCKET_ENV}={shlex.quote(socket)}"
+    settings = " ".join(f"{key}={cron_quote(value)}" for key, value in cron_settings(state))
     when = f"{schedule} {run_as}" if run_as else schedule
-    return f"{when} {settings} {shlex.quote(str(exe))} cron run {name} {MARKER}{name}"
+    return f"{when} {settings} {cron_quote(str(exe))} cron run {name} {MARKER}{name}"
 
 
 def _without(text: str, name: str) -> str:
@@ -228,6 +338,9 @@ def add(
     schedule = _validate_schedule(schedule)
     job_file = job_file.expanduser().absolute()
     _job_settings(job_file)  # refuse a job file that would fail at 3 a.m.
+    from ..profiles import config_path
+
+    config_path(state.layout.home, state.env)  # and a DELEGATE_CONFIG naming no file
     name = name or job_file.stem
     if _NAME.fullmatch(name) is None:
         raise UsageError(f"invalid cron entry name {name!r}: use letters, digits, '-' or '_'")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -78,7 +79,60 @@ def run_checks(state: State) -> list[Check]:
             Check("temp_files", WARN, f"{len(stale)} leftover temp file(s) from interrupted writes")
         )
 
+    checks.append(config_check(state))
+    checks.extend(tmux_checks(state))
     checks.extend(bus_checks(state))
+    return checks
+
+
+def config_check(state: State) -> Check:
+    """The config file (DELEGATE_CONFIG, else delegate.toml in the state dir) reads and its
+    profiles parse; a missing default file is an empty config."""
+    from ..profiles import config_path, load_config, max_running_caps, profiles
+
+    try:
+        source = config_path(state.layout.home, state.env)
+        config = load_config(source)
+        known = profiles(config, source)
+        max_running_caps(config)
+    except DelegateError as exc:
+        return Check("config", FAIL, str(exc))
+    if not source.exists():
+        return Check("config", OK, f"{source} does not exist: built-in profiles only")
+    return Check("config", OK, f"{source}: profiles {', '.join(sorted(known))}")
+
+
+def tmux_checks(state: State) -> list[Check]:
+    """tmux's version, the folder its socket lives in, and a round trip on a private socket
+    (start a server, create and kill a session): what every launch needs."""
+    from ..tmux import SOCKET_ENV, Tmux, TmuxError, round_trip, socket_folder_problem, version
+
+    try:
+        found = version()
+    except TmuxError as exc:
+        return [Check("tmux", FAIL, str(exc))]
+    checks = [Check("tmux", OK, found)]
+    socket = Tmux.from_env(state.env).socket_path
+    folder = os.path.dirname(socket)
+    named_path = "/" in (state.env.get(SOCKET_ENV) or "")
+    if os.path.isdir(folder):
+        problem = None if named_path else socket_folder_problem(folder)
+        if problem:
+            checks.append(Check("tmux_socket", FAIL, f"{folder} {problem}"))
+        else:
+            checks.append(Check("tmux_socket", OK, socket))
+    else:
+        base = os.path.dirname(folder)
+        if os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK):
+            checks.append(Check("tmux_socket", OK, f"{folder} is made (mode 700) on first use"))
+        else:
+            checks.append(Check("tmux_socket", FAIL, f"{base} is missing or not writable"))
+    try:
+        round_trip()
+    except TmuxError as exc:
+        checks.append(Check("tmux_round_trip", FAIL, str(exc)))
+    else:
+        checks.append(Check("tmux_round_trip", OK, "started a server, made and killed a session"))
     return checks
 
 

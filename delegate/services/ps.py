@@ -28,9 +28,30 @@ class Row(NamedTuple):
     last_event: str
     queue_position: int | None = None
     host: str | None = None  # the agent host it runs on; None: this machine
+    # For the table only (never in to_dict, whose keys `ps --json` keeps): how long it ran (or
+    # runs, or has waited), why it ended, when it started and ended, its last event's detail.
+    duration_s: float | None = None
+    end_reason: str = ""
+    started_at: str | None = None
+    ended_at: str | None = None
+    last_detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return self._asdict()
+        return {key: getattr(self, key) for key in JSON_KEYS}
+
+
+JSON_KEYS = (
+    "job_id",
+    "job_state",
+    "session",
+    "session_state",
+    "tmux",
+    "agent",
+    "age_s",
+    "last_event",
+    "queue_position",
+    "host",
+)
 
 
 class Listing(NamedTuple):
@@ -40,6 +61,11 @@ class Listing(NamedTuple):
 
 def last_event(state: State, job_id: str) -> str:
     """The newest published or received event of a job, read from the end of its log."""
+    return _last_event(state, job_id)[0]
+
+
+def _last_event(state: State, job_id: str) -> tuple[str, str]:
+    """The newest published or received event (`3 progress`) and its detail."""
     path = state.audit.events_path(job_id)
     try:
         with path.open("rb") as handle:
@@ -48,20 +74,43 @@ def last_event(state: State, job_id: str) -> str:
             handle.seek(max(0, size - 16384))
             tail = handle.read().splitlines()
     except FileNotFoundError:
-        return ""
+        return "", ""
     for line in reversed(tail):
         try:
             entry = json.loads(line)
         except ValueError:
             continue
         if isinstance(entry, dict) and entry.get("kind") in ("published", "received"):
-            return f"{entry.get('seq')} {entry.get('event')}"
-    return ""
+            envelope = entry.get("envelope")
+            detail = envelope.get("detail") if isinstance(envelope, dict) else None
+            return f"{entry.get('seq')} {entry.get('event')}", str(detail or "")
+    return "", ""
 
 
 def _age_s(job: Job, now: datetime) -> float:
     created = datetime.strptime(job.created_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
     return max(0.0, (now - created).total_seconds())
+
+
+def job_timing(job: Job, now: datetime) -> tuple[float | None, str | None]:
+    """How long the job has run (running: since it started; finished: start to end, or its
+    whole life when it never started; queued and pending: since it was registered), and when
+    it ended (its record's last change, once terminal)."""
+    from ..timefmt import seconds_between
+
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if job.status.terminal:
+        ended = job.updated_at
+        return seconds_between(job.started_at or job.created_at, ended), ended
+    if job.status is JobState.RUNNING and job.started_at:
+        return seconds_between(job.started_at, stamp), None
+    return seconds_between(job.created_at, stamp), None
+
+
+def _end_reason(job: Job, queue_position: int | None) -> str:
+    if queue_position is not None:
+        return f"queued #{queue_position}"
+    return (job.error or "-") if job.status.terminal else "-"
 
 
 def rows(
@@ -141,6 +190,8 @@ def rows(
             position += 1
             queue_position = position
         hosted = session is not None and session.job_id == job.job_id
+        event, detail = _last_event(state, job.job_id)
+        duration, ended = job_timing(job, now)
         out.append(
             Row(
                 job.job_id,
@@ -150,19 +201,14 @@ def rows(
                 live,
                 job.agent or "-",
                 round(_age_s(job, now), 1),
-                last_event(state, job.job_id),
+                event,
                 queue_position,
                 job.host,
+                duration_s=duration,
+                end_reason=_end_reason(job, queue_position),
+                started_at=job.started_at,
+                ended_at=ended,
+                last_detail=detail,
             )
         )
     return Listing(out, note)
-
-
-def human_age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 172800:
-        return f"{seconds / 3600:.0f}h"
-    return f"{seconds / 86400:.0f}d"

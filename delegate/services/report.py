@@ -1,14 +1,19 @@
 """`delegate report`: check that Spark can run, then compute and write the report.
 
 Nothing here imports PySpark at module level: without Java or pyspark, the command says what is
-missing in one line instead of failing on import.
+missing in one line instead of failing on import. Unless `verbose`, the Spark JVM starts with its
+stderr in `$DELEGATE_HOME/analytics/spark.log`, so nothing of it reaches the terminal: neither the
+JVM's own warnings nor Spark's logging (which log4j2.properties keeps at errors anyway).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from datetime import date
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -26,6 +31,7 @@ class ReportResult(NamedTuple):
     report: Any
     written: list[Path]
     compacted: dict[str, int] | None
+    generated_at: datetime | None = None
 
 
 def check_requirements(env: dict[str, str] | None = None) -> None:
@@ -81,6 +87,39 @@ def _coordination_events(state: State) -> list[tuple[Any, ...]]:
         raise DelegateError(f"cannot read the coordination log {path}: {exc}") from None
 
 
+def spark_log(state: State) -> Path:
+    """Where the Spark JVM's stderr goes when the report is not `verbose`."""
+    return state.layout.home / "analytics" / "spark.log"
+
+
+@contextmanager
+def jvm_stderr_to(path: Path | None) -> Iterator[None]:
+    """While the block runs (it starts the Spark JVM), file descriptor 2 is `path`: the JVM,
+    and the Python workers it starts, inherit it and keep writing there; this process's own
+    stderr comes back afterwards. `None` leaves stderr alone."""
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    sys.stderr.flush()
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    saved = os.dup(2)
+    try:
+        os.dup2(log, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log)
+
+
+def _spark_failed(exc: Exception, log: Path | None) -> DelegateError:
+    first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    where = f"; Spark's log: {log}" if log else ""
+    return DelegateError(f"the Spark job failed: {first.strip()[:300]}{where}")
+
+
 def run_report(
     state: State,
     *,
@@ -90,6 +129,7 @@ def run_report(
     out: Path | None = None,
     fmt: str = "table",
     compact: bool = False,
+    verbose: bool = False,
 ) -> ReportResult:
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
@@ -108,11 +148,41 @@ def run_report(
         store = f"{logs.rstrip('/')}-analytics"
     check_requirements(dict(state.env))
 
+    from ..report.figures import spark_session
+
+    log = None if verbose else spark_log(state)
+    try:
+        with jvm_stderr_to(log):
+            spark = spark_session(master, verbose=verbose)
+        return _run(spark, state, logs, store, local, own, since_day, out, fmt, compact)
+    except DelegateError:
+        raise
+    except Exception as exc:
+        from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+        from pyspark.errors import PySparkException
+
+        if isinstance(exc, PySparkException | Py4JError):
+            raise _spark_failed(exc, log) from exc
+        raise
+
+
+def _run(
+    spark: Any,
+    state: State,
+    logs: str,
+    store: str,
+    local: bool,
+    own: bool,
+    since_day: date | None,
+    out: Path | None,
+    fmt: str,
+    compact: bool,
+) -> ReportResult:
     from ..report import compact as compaction
-    from ..report.figures import collect, compute_frames, read_ndjson, read_status, spark_session
+    from ..report.figures import collect, compute_frames, read_ndjson, read_status
     from ..report.render import write
 
-    spark = spark_session(master)
+    generated_at = datetime.now(UTC)
     compacted = compaction.compact(spark, logs, store) if compact else None
     if compaction.has_store(spark, logs, store):
         lines, malformed = compaction.read_store(spark, logs, store)
@@ -132,5 +202,12 @@ def run_report(
     report = collect(frames, malformed=malformed)
     written: list[Path] = []
     if fmt != "table":
-        written = write(report, frames, fmt, out or Path("delegate-report"))
-    return ReportResult(report, written, compacted)
+        written = write(
+            report,
+            frames,
+            fmt,
+            out or Path("delegate-report"),
+            logs=logs,
+            generated_at=generated_at,
+        )
+    return ReportResult(report, written, compacted, generated_at)

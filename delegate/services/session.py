@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import DelegateError, UsageError
-from ..model import Job, SessionState
+from ..model import Job, JobState, SessionState
 from ..profiles import config_path, load_config, profiles
 from ..sessions import Session, SessionError
 from ..tmux import Tmux, alive, processes_of_job, validate_session_name
@@ -154,6 +154,8 @@ def stop(
         raise UsageError(f"--mode must be one of {', '.join(STOP_MODES)}")
     if timeout_s < 0:
         raise UsageError("--timeout must be zero or more seconds")
+    if mode == "graceful":  # it reads the profile's `stop`: a bad DELEGATE_CONFIG fails first
+        config_path(state.layout.home, state.env)
     row = _row(state, name)
     sessions = inventory(state)
     target = {
@@ -245,10 +247,29 @@ def send(state: State, name: str, text: str, *, enter: bool = True, keys: bool =
     """Type `text` into the pane literally (tmux key names only with `keys`)."""
     row = _row(state, name)
     server = Tmux(row.socket, state.env)
-    if keys:
+    if keys:  # keys such as C-c reach the terminal's foreground group, whatever it reads
         server.send_key_names(name, text.split())
         return
+    _check_reads_terminal(state, name, row)
     server.send_keys(name, text, enter=enter)
+
+
+def _check_reads_terminal(state: State, name: str, row: Session) -> None:
+    """Refuse, saying why, to type text that nothing would read: no job running in the
+    session, or an agent whose stdin is its prompt (a pipe), not the pane's terminal."""
+    if row.job_id is None:
+        raise SessionError(f"session {name} hosts no job: nothing reads what is typed")
+    job = state.registry.get(row.job_id)
+    if job.status is not JobState.RUNNING:
+        raise SessionError(
+            f"session {name}: job {job.job_id} is {job.status.value}, so nothing reads what is"
+            " typed"
+        )
+    if job.launch.get("prompt", "stdin") == "stdin":
+        raise SessionError(
+            f"session {name}: the agent of job {job.job_id} ({job.agent}) reads its prompt on"
+            " stdin, not the terminal, so typed text would reach nothing (--keys still works)"
+        )
 
 
 def peek(state: State, name: str, *, lines: int = 20) -> list[str]:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import DelegateError, UsageError
+from ..errors import DelegateError, StartFailed, UsageError, WaitInterrupted
 from ..fsio import atomic_write
 from ..model import Job, JobState, SessionState
 from ..profiles import Profile, config_path, load_config, resolve
@@ -98,6 +99,9 @@ def parse_on_event(text: str | None) -> list[str] | None:
         raise UsageError(f"--on-event cannot be split into words: {exc}") from None
     if not argv:
         raise UsageError("--on-event is empty")
+    if shutil.which(argv[0]) is None:  # refused now, not found out in the audit later
+        where = "is not an executable file" if "/" in argv[0] else "is not on PATH"
+        raise UsageError(f"--on-event: {argv[0]} {where}")
     return argv
 
 
@@ -163,6 +167,7 @@ def submit(
     wait: bool,
     emit: Callable[[dict[str, Any]], None] = lambda envelope: None,
     tmux: Tmux | None = None,
+    note: Callable[[str], None] = lambda text: None,
 ) -> SubmitResult:
     config_file = config_path(state.layout.home, state.env)
     profile = resolve(
@@ -176,11 +181,17 @@ def submit(
     if request.session is not None:
         validate_session_name(request.session)
     tmux = tmux or Tmux.from_env(state.env)
+    tmux.prepare()  # an unusable socket folder is refused before any job exists
     check_run_as(profile.run_as)
     # Found now, on the agent's own PATH: a missing command is refused before any job exists.
     profile = profile._replace(
         command=tuple(agent_env.resolve_command(profile, agent_env.agent_path(profile, state.env)))
     )
+    known = request.idempotency_key and state.registry.find_by_key(request.idempotency_key)
+    if request.session is not None and not known:
+        # Checked before anything is recorded: a refused submit leaves no job behind. (A job
+        # its idempotency key already names is followed, wherever it runs.)
+        check_session_free(state, request.session)
 
     job, created = register_job(
         state,
@@ -196,17 +207,16 @@ def submit(
         token_for=request.token_for,
     )
     if not created:  # the same idempotency key: never launch twice
-        return _follow_existing(state, job, wait=wait, emit=emit)
+        return _follow_existing(state, job, wait=wait, emit=emit, note=note)
     session = request.session or f"{SESSION_PREFIX}{job.job_id}"
     try:
         if request.session is not None:
             check_session_free(state, session)
         job = _admit(state, job, profile, workdir, session, request, notify, tmux)
     except BaseException as exc:
-        reason = f"launch_failed: {exc}" if isinstance(exc, DelegateError) else "launch_failed"
-        state.registry.finish_if_open(job.job_id, JobState.ERROR, reason=reason)
+        _end_unstarted(state, job.job_id, "launch_failed", exc)
         raise
-    return _start(state, job, wait=wait, emit=emit, tmux=tmux)
+    return _start(state, job, wait=wait, emit=emit, tmux=tmux, note=note)
 
 
 def submit_remote(
@@ -216,6 +226,7 @@ def submit_remote(
     *,
     wait: bool,
     emit: Callable[[dict[str, Any]], None] = lambda envelope: None,
+    note: Callable[[str], None] = lambda text: None,
 ) -> SubmitResult:
     """`submit --host NAME`: register here (the single source of truth) with the token derived
     from the host key, start following the job, then publish its signed assignment. The host
@@ -251,7 +262,7 @@ def submit_remote(
         launcher=this_launcher(),  # until the assignment is sent, a crash here is noticed
     )
     if not created:
-        return _follow_existing(state, job, wait=wait, emit=emit)
+        return _follow_existing(state, job, wait=wait, emit=emit, note=note)
     if notify is not None:
         job = state.registry.update(job.job_id, notify=notify)
     save_assignment(state, job, request.prompt, request)
@@ -262,6 +273,7 @@ def submit_remote(
         emit=emit,
         start=lambda: assign(state, job),
         failure="assign_failed",
+        note=note,
     )
 
 
@@ -324,6 +336,7 @@ def _start(
     wait: bool,
     emit: Callable[[dict[str, Any]], None],
     tmux: Tmux,
+    note: Callable[[str], None],
 ) -> SubmitResult:
     position: list[int | None] = [None]
 
@@ -334,9 +347,18 @@ def _start(
             launch_in_tmux(state, job, tmux)
 
     result = _follow_and_start(
-        state, job, wait=wait, emit=emit, start=start, failure="launch_failed"
+        state, job, wait=wait, emit=emit, start=start, failure="launch_failed", note=note
     )
     return result._replace(queue_position=position[0])
+
+
+def _end_unstarted(state: State, job_id: str, failure: str, exc: BaseException) -> None:
+    """End a job that could not be started with `failure` and the cause's message; a
+    DelegateError cause is raised again as a StartFailed that says the job has ended."""
+    reason = f"{failure}: {exc}" if isinstance(exc, DelegateError) else failure
+    state.registry.finish_if_open(job_id, JobState.ERROR, reason=reason)
+    if isinstance(exc, DelegateError) and not isinstance(exc, StartFailed):
+        raise StartFailed(job_id, failure, exc) from exc
 
 
 def _follow_and_start(
@@ -347,6 +369,7 @@ def _follow_and_start(
     emit: Callable[[dict[str, Any]], None],
     start: Callable[[], object],
     failure: str,
+    note: Callable[[str], None],
 ) -> SubmitResult:
     """Start following the job (a watcher subscribed on construction, before the agent can say
     anything, or a detached supervisor that returns once subscribed), then `start` it: launch
@@ -354,34 +377,46 @@ def _follow_and_start(
     watcher: Watcher | None = None
     try:
         if wait:
-            watcher = Watcher(state, job.job_id, emit=emit, supervise=True, actor="submit")
+            watcher = Watcher(
+                state, job.job_id, emit=emit, supervise=True, actor="submit", note=note
+            )
         else:
             start_detached_supervisor(state, job.job_id)
         start()
     except BaseException as exc:
         if watcher is not None:
             watcher.close()
-        reason = f"{failure}: {exc}" if isinstance(exc, DelegateError) else failure
-        state.registry.finish_if_open(job.job_id, JobState.ERROR, reason=reason)
+        _end_unstarted(state, job.job_id, failure, exc)
         raise
     if watcher is None:
         return SubmitResult(state.registry.get(job.job_id), True, None)
+    return SubmitResult(state.registry.get(job.job_id), True, _wait_for(state, watcher))
+
+
+def _wait_for(state: State, watcher: Watcher) -> WatchOutcome:
+    """Follow the job to its end. Ctrl-C stops the waiting, not the job: a detached
+    supervisor takes over its deadlines, queue place and session, and WaitInterrupted says
+    how to follow or stop it."""
     try:
-        outcome = watcher.run()
+        return watcher.run()
     except KeyboardInterrupt:
-        # The person stopped waiting, not the job: hand it to a detached supervisor so its
-        # deadlines, queue place and session still get looked after.
-        start_detached_supervisor(state, job.job_id)
-        raise
-    return SubmitResult(state.registry.get(job.job_id), True, outcome)
+        if not state.registry.get(watcher.job_id).status.terminal:
+            start_detached_supervisor(state, watcher.job_id)
+        raise WaitInterrupted(watcher.job_id) from None
 
 
 def _follow_existing(
-    state: State, job: Job, *, wait: bool, emit: Callable[[dict[str, Any]], None]
+    state: State,
+    job: Job,
+    *,
+    wait: bool,
+    emit: Callable[[dict[str, Any]], None],
+    note: Callable[[str], None],
 ) -> SubmitResult:
     outcome = None
     if wait:
-        outcome = Watcher(state, job.job_id, emit=emit, supervise=True, actor="submit").run()
+        watcher = Watcher(state, job.job_id, emit=emit, supervise=True, actor="submit", note=note)
+        outcome = _wait_for(state, watcher)
     return SubmitResult(state.registry.get(job.job_id), False, outcome)
 
 

@@ -24,10 +24,12 @@ from typing import Any
 from .. import audit
 from .._logging import get_logger
 from ..bus import Message, Subscription
+from ..errors import WaitInterrupted
 from ..fsio import atomic_write
 from ..model import EventType, Job, JobState, SessionState
 from ..protocol import Accepted, Receiver, Rejected
 from ..reconcile import LaunchJob, SetSession, next_deadline_s
+from ..timefmt import human_duration
 from .notify import notify
 from .state import State
 
@@ -86,6 +88,7 @@ class Watcher:
         clock: Callable[[], float] = time.monotonic,
         supervise: bool = False,
         actor: str = "watch",
+        note: Callable[[str], None] = lambda text: None,
     ) -> None:
         self.state = state
         self.job = state.registry.get(job_id)
@@ -97,6 +100,8 @@ class Watcher:
         self.clock = clock
         self.supervise = supervise
         self.actor = actor
+        self.note = note  # one-off words for the person waiting (a host is offline)
+        self._host_noted = False
         self._reconciler: Any = None
         self._pidfd: int | None = None
         self._pane_gone = False
@@ -309,10 +314,37 @@ class Watcher:
                         return outcome_of(job)
                 elif self.supervise:
                     self._supervise(job, now, due)
+                    if job.host and not self._host_noted:
+                        self._note_offline_host(job, now - started)
             if self.wall_s is not None and now - started >= self.wall_s:
                 return self._give_up("wall")
             if self.idle_s is not None and now - last_accept >= self.idle_s:
                 return self._give_up("idle")
+
+    def _note_offline_host(self, job: Job, waited_s: float) -> None:
+        """Say once that the job's host is offline, and what happens next; looked at once
+        the host's retained presence had time to arrive."""
+        presence = self._presence
+        if job.status is not JobState.PENDING or presence is None:
+            return
+        if not presence.heard.is_set() and waited_s < 2.0:
+            return
+        from .hosts import HostBook
+
+        book = HostBook(self.state)
+        seen = book.presence(job.host or "") or {}
+        self._host_noted = True
+        if seen.get("online"):
+            return
+        lost_after = float(book.settings(job.host or "")["lost_after_s"])
+        last = seen.get("last_seen_ms")
+        heard = "never heard from"
+        if last:
+            heard = f"last heard {human_duration(time.time() - last / 1000)} ago"
+        self.note(
+            f"host {job.host} is offline ({heard}): job {self.job_id} starts when it is back,"
+            f" and ends host_lost if it stays silent for {human_duration(lost_after)}"
+        )
 
     def _give_up(self, which: str) -> WatchOutcome:
         job = self.state.registry.get(self.job_id)
@@ -340,4 +372,7 @@ def watch_job(
         except OSError:
             watcher.close()
             raise
-    return watcher.run()
+    try:
+        return watcher.run()
+    except KeyboardInterrupt:
+        raise WaitInterrupted(job_id) from None
