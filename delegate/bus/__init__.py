@@ -13,51 +13,11 @@ Semantics every transport keeps (and the contract tests check):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple, Protocol
 
 from ..errors import BusError
+from .base import Bus, Message, Subscription
 
-
-class Message(NamedTuple):
-    """One delivered message; `handle` is the transport's own delivery token for `ack`."""
-
-    job_id: str
-    payload: bytes
-    handle: Any = None
-    problem: str | None = None  # set when the transport could not deliver the payload itself
-
-
-class Subscription(Protocol):
-    def get(self, timeout: float | None = None) -> Message | None:
-        """The next message, waiting up to `timeout` seconds (None: forever)."""
-        ...
-
-    def ack(self, message: Message) -> None:
-        """Mark `message` processed; a durable consumer will not get it again."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class Bus(Protocol):
-    url: str
-
-    def publish(self, job_id: str, payload: bytes, *, retain: bool = False) -> None: ...
-
-    def subscribe(
-        self, job_id: str | None = None, *, consumer: str | None = None, live_only: bool = False
-    ) -> Subscription:
-        """Subscribe to one job's events (or every job's when job_id is None).
-
-        `live_only`: no retained outcomes of past jobs, only what is published from now on.
-        """
-        ...
-
-    def probe(self) -> None:
-        """Reach the transport once (connect, authenticate); raise BusError saying what failed."""
-        ...
-
-    def close(self) -> None: ...
+__all__ = ["Bus", "Message", "Subscription", "open_bus"]
 
 
 def open_bus(url: str, env: Mapping[str, str] | None = None) -> Bus:

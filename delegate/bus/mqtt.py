@@ -21,7 +21,7 @@ from typing import Any
 
 from .._logging import get_logger
 from ..errors import BusError
-from . import Message
+from .base import Message
 from .mqtt_wire import (
     CONNECT_TIMEOUT_S,
     BrokerAuthError,

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..errors import BusError
 from ..fsio import PRIVATE_FILE, atomic_write, ensure_private_dir
 from ..sqlite_schema import ensure_schema, statements
-from . import Message
+from .base import Message
 
 BLOB_THRESHOLD = 4096
 SCHEMA_VERSION = 1
