@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 from . import _logging
 
 TYPE_CHECKING = False  # the fast paths (publish, hook) import nothing they do not use
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,37 +48,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return run(argv)
 
+    from .errors import guarded
+
     return guarded(dispatch)
-
-
-def guarded(call: Callable[[], int]) -> int:
-    """Run an entry point: whatever goes wrong becomes one line on stderr and a documented exit
-    status (README, "Exit status"), never a traceback. The CLI, the wrapper, the supervisor and
-    the monitor all go through here."""
-    from .errors import DelegateError, say
-
-    try:
-        return call()
-    except DelegateError as exc:
-        say(exc)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
-    except OSError as exc:
-        if isinstance(exc, BrokenPipeError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 141  # the reader went away (`delegate jobs | head`): stop quietly
-        say(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
-        return 74
-    except Exception as exc:  # a bug: one line for the user, the traceback at debug level
-        import logging
-
-        logging.getLogger("delegate").debug("internal error", exc_info=True)
-        say(
-            f"internal error: {type(exc).__name__}: {exc}"
-            " (run with DELEGATE_LOG_LEVEL=DEBUG for the traceback)"
-        )
-        return 70
 
 
 def console_main() -> None:

@@ -7,6 +7,13 @@ place; nothing below the CLI prints or exits.
 
 from __future__ import annotations
 
+import os
+import sys
+
+TYPE_CHECKING = False  # `typing` costs the fast paths milliseconds
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 
 def say(message: object) -> None:
     """Print `delegate: MESSAGE` to stderr as exactly one line: line breaks and other control
@@ -128,3 +135,31 @@ class WaitInterrupted(DelegateError):
             f"job {job_id} keeps running; 'delegate watch {job_id}' follows it,"
             f" 'delegate cancel {job_id}' stops it"
         )
+
+
+def guarded(call: Callable[[], int]) -> int:
+    """Run an entry point: whatever goes wrong becomes one line on stderr and a documented exit
+    status (README, "Exit status"), never a traceback. The CLI, the wrapper, the supervisor and
+    the monitor all go through here."""
+    try:
+        return call()
+    except DelegateError as exc:
+        say(exc)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141  # the reader went away (`delegate jobs | head`): stop quietly
+        say(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
+        return 74
+    except Exception as exc:  # a bug: one line for the user, the traceback at debug level
+        import logging
+
+        logging.getLogger("delegate").debug("internal error", exc_info=True)
+        say(
+            f"internal error: {type(exc).__name__}: {exc}"
+            " (run with DELEGATE_LOG_LEVEL=DEBUG for the traceback)"
+        )
+        return 70

@@ -14,7 +14,7 @@ from .errors import DelegateError, UsageError, say
 
 TYPE_CHECKING = False  # `typing` itself costs milliseconds on this path
 if TYPE_CHECKING:  # importing it for real costs the fast path; only the type checker needs it
-    from .services.state import State
+    pass
 
 PUBLISH_OPTIONS = ("--job", "--event", "--detail", "--data")
 
@@ -46,22 +46,12 @@ def parse_publish_args(argv: list[str]) -> dict[str, str | None]:
 
 def run_publish(*, job: str | None, event: str, detail: str = "", data: str | None = None) -> int:
     """Publish and print a one-line JSON receipt; errors propagate as DelegateError."""
+    from .services.publish import publish_receipt
     from .services.state import State
 
     receipt = publish_receipt(State.open(), job=job, event=event, detail=detail, data=data)
     sys.stdout.write(json.dumps(receipt) + "\n")
     return 0
-
-
-def publish_receipt(
-    state: State, *, job: str | None, event: str, detail: str = "", data: str | None = None
-) -> dict[str, object]:
-    """The one publish step both paths share: resolve the job, parse --data, publish."""
-    from .services.publish import parse_data, publish_event, resolve_job_id
-
-    job_id = resolve_job_id(job, os.environ)
-    envelope = publish_event(state, job_id, event, detail=detail, data=parse_data(data))
-    return {"job_id": job_id, "seq": envelope["seq"], "event": envelope["event"]}
 
 
 def _via_wrapper(args: dict[str, str | None]) -> int | None:
@@ -114,6 +104,7 @@ def main_hook(argv: list[str]) -> int:
         if not isinstance(payload, dict):
             raise UsageError("the hook input is not a JSON object of at most 1 MiB")
         from .channels import hook_events
+        from .services.publish import hook_request as _hook_request
 
         for item in hook_events(payload):
             if item.conversation_id:
@@ -125,37 +116,3 @@ def main_hook(argv: list[str]) -> int:
     except (DelegateError, ValueError, OSError) as exc:
         say(f"hook: {exc}")
     return 0
-
-
-def publish_own(event: str, detail: str, data: str) -> None:
-    """Publish an event of this process's own job (DELEGATE_JOB_ID), through the pane's wrapper
-    when there is one; coordination uses it to put its events on the job's bus."""
-    _hook_request({"event": event, "detail": detail, "data": data})
-
-
-def _hook_request(request: dict[str, object]) -> None:
-    path = os.environ.get("DELEGATE_PUBLISH_SOCKET")
-    if path:
-        from .publish_socket import request as ask
-
-        answer = ask(path, request)
-        if answer is not None:
-            if not answer.get("ok"):
-                raise DelegateError(str(answer.get("message", "the wrapper refused")))
-            return
-    from .services.state import State
-
-    state = State.open()
-    if request.get("op") == "conversation":
-        from .wrapper import record_conversation
-
-        job_id = os.environ.get("DELEGATE_JOB_ID") or ""
-        record_conversation(state, job_id, str(request["conversation_id"]))
-        return
-    publish_receipt(
-        state,
-        job=None,
-        event=str(request["event"]),
-        detail=str(request.get("detail") or ""),
-        data=str(request.get("data") or ""),
-    )

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(json.dumps(envelope, ensure_ascii=False, sort_keys=True) + "\n")
         sys.stdout.flush()
 
-    from .__main__ import guarded
+    from .errors import guarded
 
     def watch_to_the_end() -> int:
         try:

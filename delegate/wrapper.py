@@ -29,7 +29,7 @@ from .coord.heartbeats import Beater
 from .errors import BusError, DelegateError, PublishRefused, say
 from .fsio import path_with
 from .model import EventType
-from .services.publish import publish_event
+from .services.publish import publish_event, record_conversation
 from .services.state import State
 
 log = _logging.get_logger(__name__)
@@ -190,13 +190,6 @@ class ChannelListener:
                 report(self.state, self.job_id, item.event, detail=item.detail, data=item.data)
 
 
-def record_conversation(state: State, job_id: str, conversation_id: str) -> None:
-    job = state.registry.get(job_id)
-    if job.conversation_id != conversation_id:
-        state.registry.update(job_id, conversation_id=conversation_id)
-        state.audit.append(job_id, "conversation", conversation_id=conversation_id)
-
-
 def record_usage(state: State, job_id: str, data: dict[str, Any]) -> None:
     """cost_usd, tokens_in, tokens_out from a channel's final word, into the record."""
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
@@ -215,8 +208,8 @@ def serve_publishes(state: State, job_id: str, identity: AgentIdentity | None = 
     """Answer the pane's `delegate publish` calls for this job, and this job only (see
     publish_socket). For an agent running as another user the socket lives in a folder of
     theirs, since the job's log folder is closed to them."""
-    from .fastcli import publish_receipt
     from .publish_socket import PublishServer, socket_path
+    from .services.publish import publish_receipt
 
     def handle(request: dict[str, Any]) -> dict[str, Any]:
         if request.get("op") == "conversation":  # a hook naming the agent's conversation
@@ -472,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m delegate.wrapper JOB_ID", file=sys.stderr)
         return 64
-    from .__main__ import guarded
+    from .errors import guarded
 
     return guarded(lambda: run(argv[0]))
 

@@ -62,8 +62,7 @@ def test_long_log_paths_fall_back_to_a_private_temp_folder(tmp_path: Path):
 
 def test_a_lost_answer_is_asked_again_and_the_event_goes_out_once(tmp_path: Path):
     from delegate.bus import open_bus
-    from delegate.fastcli import publish_receipt
-    from delegate.services.publish import publish_event
+    from delegate.services.publish import publish_event, publish_receipt
     from delegate.services.state import State
 
     state = State.open(env={"DELEGATE_HOME": str(tmp_path / "state")})

@@ -89,7 +89,7 @@ def announce(events: list[dict[str, Any]], env: Mapping[str, str] | None = None)
         return
     from .. import _fastjson as json
     from ..errors import DelegateError
-    from ..fastcli import publish_own
+    from .publish import publish_own
 
     for event in events:
         try:

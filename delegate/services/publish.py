@@ -7,6 +7,7 @@ This is the hot path of every agent report, so it imports nothing heavy: no type
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from .. import audit
@@ -107,3 +108,49 @@ def publish_event(
     if event in EVENT_TARGET_STATE:
         state.registry.apply_event(job_id, event, detail=safe_detail)
     return envelope
+
+
+def publish_receipt(
+    state: State, *, job: str | None, event: str, detail: str = "", data: str | None = None
+) -> dict[str, object]:
+    """The one publish step both paths share: resolve the job, parse --data, publish."""
+    job_id = resolve_job_id(job, os.environ)
+    envelope = publish_event(state, job_id, event, detail=detail, data=parse_data(data))
+    return {"job_id": job_id, "seq": envelope["seq"], "event": envelope["event"]}
+
+
+def record_conversation(state: State, job_id: str, conversation_id: str) -> None:
+    job = state.registry.get(job_id)
+    if job.conversation_id != conversation_id:
+        state.registry.update(job_id, conversation_id=conversation_id)
+        state.audit.append(job_id, "conversation", conversation_id=conversation_id)
+
+
+def publish_own(event: str, detail: str, data: str) -> None:
+    """Publish an event of this process's own job (DELEGATE_JOB_ID), through the pane's wrapper
+    when there is one; coordination uses it to put its events on the job's bus."""
+    hook_request({"event": event, "detail": detail, "data": data})
+
+
+def hook_request(request: dict[str, object]) -> None:
+    path = os.environ.get("DELEGATE_PUBLISH_SOCKET")
+    if path:
+        from ..publish_socket import request as ask
+
+        answer = ask(path, request)
+        if answer is not None:
+            if not answer.get("ok"):
+                raise DelegateError(str(answer.get("message", "the wrapper refused")))
+            return
+    state = State.open()
+    if request.get("op") == "conversation":
+        job_id = os.environ.get("DELEGATE_JOB_ID") or ""
+        record_conversation(state, job_id, str(request["conversation_id"]))
+        return
+    publish_receipt(
+        state,
+        job=None,
+        event=str(request["event"]),
+        detail=str(request.get("detail") or ""),
+        data=str(request.get("data") or ""),
+    )
