@@ -103,7 +103,7 @@ def host_serve(
     import signal
 
     from . import hostproto
-    from .services.hosts import HostServer
+    from .runtime.host_server import HostServer
     from .services.state import State
 
     try:

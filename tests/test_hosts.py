@@ -558,7 +558,7 @@ def test_host_remove_is_refused_while_jobs_run_and_re_adding_rotates_the_key(
 def test_a_host_forgets_what_can_no_longer_matter_when_it_starts(sides: Sides, tmp_path: Path):
     """Request ids outside twice the time window (a replay of one is refused as stale anyway)
     and jobs that ended a week ago are dropped; what could still matter is kept."""
-    from delegate.services.hosts import HostServer
+    from delegate.runtime.host_server import HostServer
 
     there = State.open(env=sides.host_env)
     there.registry.register(agent="shell", job_id="0000aaaa")  # still open
