@@ -22,7 +22,6 @@ TYPE_CHECKING = False  # `delegate hook` runs this in a fresh process: no typing
 if TYPE_CHECKING:
     from typing import Any
 
-CHANNELS = ("none", "claude-stream", "codex-json")
 PERMISSION_NOTIFICATIONS = ("permission_prompt", "elicitation_dialog")
 
 

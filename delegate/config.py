@@ -58,9 +58,6 @@ class Layout:
     def coord_db(self) -> Path:
         return self.home / "coord.db"
 
-    def job_logs(self, job_id: str) -> Path:
-        return self.logs / job_id
-
     def default_bus_url(self) -> str:
         return f"sqlite://{self.bus_db}"
 

@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 CONFIG_ENV = "DELEGATE_CONFIG"
 PROMPT_MODES = ("stdin", "file")
 CLEAN_EXIT = ("completed", "error")
-PLACEHOLDERS = ("prompt_file", "workdir", "job_id", "settings_file", "conversation_id")
 NOTIFY_EVENTS_DEFAULT = ("permission_required", "completed", "error")
 
 

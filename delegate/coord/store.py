@@ -213,7 +213,3 @@ class _Write:
         except sqlite3.Error as error:
             conn.execute("ROLLBACK")
             raise CoordError(f"{self.store.path}: {error}") from None
-
-
-def open_store(home: Path, *, now: Clock = wall_ms) -> CoordStore:
-    return CoordStore(home / "coord.db", now=now)

@@ -67,10 +67,6 @@ def parse_status(text: str | None) -> JobState | None:
         raise UsageError(f"unknown status {text!r}; expected one of {names}") from None
 
 
-def cancel_job(state: State, job_id: str) -> Job:
-    return state.registry.cancel(job_id)
-
-
 def pick_job(state: State, agent_session: str) -> Job | None:
     if not agent_session.strip():
         raise UsageError("the agent session label is empty")
