@@ -18,3 +18,15 @@ def state(home: Path) -> State:
 
 
 pytest_plugins = ["tests.tmux_fixtures", "tests.mqtt_fixtures"]
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for every report test of the run (a JVM takes ~20 s to start)."""
+    pytest.importorskip("pyspark")
+    from delegate.report.figures import spark_session
+
+    session = spark_session("local[1]")
+    session.conf.set("spark.sql.shuffle.partitions", "2")
+    yield session
+    session.stop()

@@ -21,21 +21,13 @@ import pytest
 pytest.importorskip("pyspark")
 
 from delegate.report.compact import compact, read_store
-from delegate.report.figures import compute, read_ndjson, read_status, spark_session
+from delegate.report.figures import compute, read_ndjson, read_status
 from delegate.report.generator import Spec, generate
 
 from .helpers import assert_one_line_error, run_cli
 
 TERMINAL = {"completed", "error", "cancelled"}
 READ = ("ts", "kind", "job_id", "seq", "event", "status", "previous", "error", "reason")
-
-
-@pytest.fixture(scope="session")
-def spark():
-    session = spark_session("local[1]")
-    session.conf.set("spark.sql.shuffle.partitions", "2")
-    yield session
-    session.stop()
 
 
 def _time(text: Any) -> datetime | None:

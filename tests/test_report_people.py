@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from delegate.report.figures import compute, read_ndjson, read_status, spark_session
+from delegate.report.figures import compute, read_ndjson, read_status
 from delegate.report.render import to_json
 from delegate.timefmt import human_duration
 
@@ -165,14 +165,6 @@ def test_the_expectations_are_the_ones_the_brief_asks_for():
     assert human_duration(252) == "4m 12s" and human_duration(3725) == "1h 02m"
     first, last = expected_range()
     assert (first, last) == (START, START + timedelta(days=2, seconds=3650))
-
-
-@pytest.fixture(scope="session")
-def spark():
-    session = spark_session("local[1]")
-    session.conf.set("spark.sql.shuffle.partitions", "2")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")
