@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from delegate.model import JobState
-from delegate.services.state import State
 
 from .helpers import (
     assert_one_line_error,
@@ -29,11 +28,8 @@ from .helpers import (
     submit_shell,
 )
 from .pty_run import run_in_pty
+from .test_monitor import open_state as _state
 from .test_monitor import submit_no_wait, wait_running
-
-
-def _state(home: Path) -> State:
-    return State.open(env={"DELEGATE_HOME": str(home)})
 
 
 def _server_pid(socket: str) -> int:
@@ -175,16 +171,12 @@ def test_on_event_naming_a_missing_program_is_refused_before_anything(
     assert _state(home).registry.list() == []
 
 
-def _pty_env(home: Path, tmux_env: dict[str, str]) -> dict[str, str]:
-    return cli_env(home, tmux_env)
-
-
 def test_submit_wait_at_a_terminal_reads_as_lines_and_piped_as_json(
     home: Path, tmux_env, tmp_path: Path
 ):
     script = "delegate publish --event progress --detail 'half way' --data '{\"done\": 1}'\n"
     argv = delegate_cmd("submit", "-a", "shell", "-C", str(tmp_path), "-p", script, "-w")
-    shown = run_in_pty(argv, env=_pty_env(home, tmux_env), separate_stderr=True)
+    shown = run_in_pty(argv, env=cli_env(home, tmux_env), separate_stderr=True)
     assert shown.returncode == 0, shown
     assert "{" not in shown.output and "{" not in shown.stderr
     lines = shown.output.strip().splitlines()
@@ -202,7 +194,7 @@ def test_an_idle_timeout_says_why(home: Path, tmux_env, tmp_path: Path):
     argv = delegate_cmd(
         "submit", "-a", "shell", "-C", str(tmp_path), "-p", "sleep 60", "--idle-timeout", "2"
     )
-    shown = run_in_pty(argv, env=_pty_env(home, tmux_env), separate_stderr=True, timeout=60)
+    shown = run_in_pty(argv, env=cli_env(home, tmux_env), separate_stderr=True, timeout=60)
     assert shown.returncode == 2, shown
     assert "timed out" in shown.stderr and "no activity for 2s" in shown.stderr
     assert "idle_timeout" in shown.stderr
@@ -221,7 +213,7 @@ def test_ctrl_c_while_waiting_leaves_the_job_running(home: Path, tmux_env, tmp_p
 
     shown = run_in_pty(
         argv,
-        env=_pty_env(home, tmux_env),
+        env=cli_env(home, tmux_env),
         separate_stderr=True,
         on_output=interrupt_once_started,
     )
