@@ -119,9 +119,9 @@ def write_finished_history(home: Path, count: int) -> None:
     seconds instead of the registry's fsync-per-change minutes."""
     import sqlite3
 
-    from delegate.model import Job, JobState
+    from delegate.adapters.sessions_db import SessionInventory
+    from delegate.core.model import Job, JobState
     from delegate.services.state import State
-    from delegate.sessions import SessionInventory
 
     state = State.open(env={"DELEGATE_HOME": str(home)})
     jobs_dir = state.layout.jobs

@@ -57,9 +57,9 @@ def transcript(lines: int) -> bytes:
 
 
 def run(data: bytes, listening: bool, home) -> tuple[float, float, int]:
-    from delegate.services.publish import publish_event
+    from delegate.runtime.wrapper import ChannelListener, _copy_output
+    from delegate.services.jobs.publish import publish_event
     from delegate.services.state import State
-    from delegate.wrapper import ChannelListener, _copy_output
 
     state = State.open(env={"DELEGATE_HOME": str(home)})
     job, _ = state.registry.register()

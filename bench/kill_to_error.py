@@ -43,8 +43,8 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=5.0)
     args = parser.parse_args()
     precompile()
-    from delegate.model import JobState
-    from delegate.services.launch import inventory
+    from delegate.core.model import JobState
+    from delegate.services.jobs.launch import inventory
     from delegate.services.state import State
 
     with temp_home() as home, private_tmux() as socket:

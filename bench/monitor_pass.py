@@ -29,11 +29,11 @@ def live_jobs(home, socket: str, count: int) -> None:
     """`count` running jobs, each in a tmux session of its own (the agent: a long sleep)."""
     from pathlib import Path
 
-    from delegate.model import EventType
-    from delegate.reconcile import Caps, may_start
-    from delegate.services.launch import inventory
+    from delegate.adapters.tmux import Tmux
+    from delegate.core.model import EventType
+    from delegate.core.policy import Caps, may_start
+    from delegate.services.jobs.launch import inventory
     from delegate.services.state import State
-    from delegate.tmux import Tmux
 
     state = State.open(env={"DELEGATE_HOME": str(home), "DELEGATE_TMUX_SOCKET": socket})
     tmux = Tmux(socket)

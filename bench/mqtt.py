@@ -90,8 +90,8 @@ def raw_paho_latency(port: int, n: int) -> tuple[list[float], float]:
 
 
 def delegate_latency(url: str, n: int) -> tuple[list[float], float]:
-    from delegate.bus import open_bus
-    from delegate.protocol import Receiver, build_envelope, encode, sign
+    from delegate.adapters.bus import open_bus
+    from delegate.core.protocol import Receiver, build_envelope, encode, sign
 
     job_id, token = secrets.token_hex(4), secrets.token_urlsafe(32)
     bus = open_bus(url)

@@ -27,8 +27,8 @@ def main() -> None:
     os.environ.pop("DELEGATE_BUS", None)
     with temp_home() as home:
         os.environ["DELEGATE_HOME"] = str(home)
-        from delegate.services.jobs import register_job
-        from delegate.services.publish import publish_event
+        from delegate.services.jobs.publish import publish_event
+        from delegate.services.jobs.register import register_job
         from delegate.services.state import State
 
         state = State.open()

@@ -14,8 +14,8 @@ from _common import emit, temp_home
 
 
 def rate(root: Path, count: int) -> float:
-    from delegate.audit import AuditLog
-    from delegate.registry import Registry
+    from delegate.adapters.audit import AuditLog
+    from delegate.adapters.registry import Registry
 
     audit = AuditLog(root / "logs")
     registry = Registry(root / "jobs", on_change=audit.record_change)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from . import _logging
+from delegate.config import logsetup
 
 TYPE_CHECKING = False  # the fast paths (publish, hook) import nothing they do not use
 if TYPE_CHECKING:
@@ -16,39 +16,39 @@ def main(argv: list[str] | None = None) -> int:
 
     def dispatch() -> int:
         if argv in (["--version"], ["-V"]):  # answered without typer
-            from . import version_line
+            from delegate import version_line
 
             sys.stdout.write(version_line() + "\n")
             return 0
         if argv[:1] == ["publish"] and not {"-h", "--help"} & set(argv):
-            from .fastcli import main_publish
+            from delegate.entry.publish import main_publish
 
-            _logging.configure_lazily()
+            logsetup.configure_lazily()
             return main_publish(argv[1:])
         if argv[:2] == ["cron", "run"] and len(argv) == 3 and not argv[2].startswith("-"):
-            from .fastcron import main_cron_run
+            from delegate.entry.cron import main_cron_run
 
-            _logging.configure_lazily()
+            logsetup.configure_lazily()
             code = main_cron_run(argv[2])
             if code >= 0:
                 return code
         fast_lock = argv[1:2] in (["acquire"], ["renew"], ["release"], ["check"])
         if argv[:1] == ["lock"] and fast_lock and not {"-h", "--help"} & set(argv):
-            from .fastcoord import main_lock
+            from delegate.entry.coord import main_lock
 
-            _logging.configure_lazily()
+            logsetup.configure_lazily()
             return main_lock(argv[1:])
         if argv[:1] == ["hook"] and not {"-h", "--help"} & set(argv):
-            from .fastcli import main_hook
+            from delegate.entry.publish import main_hook
 
-            _logging.configure_lazily()
+            logsetup.configure_lazily()
             return main_hook(argv[1:])
-        _logging.configure()
-        from .cli import run
+        logsetup.configure()
+        from delegate.cli.app import run
 
         return run(argv)
 
-    from .errors import guarded
+    from delegate.core.errors import guarded
 
     return guarded(dispatch)
 

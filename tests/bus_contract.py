@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from delegate.bus import Bus, open_bus
-from delegate.errors import BusError
+from delegate.adapters.bus import Bus, open_bus
+from delegate.core.errors import BusError
 
 JOB = "0123abcd"
 OTHER = "fedcba98"

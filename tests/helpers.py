@@ -128,7 +128,7 @@ def signed_assignment(
     key: bytes, host: str, request_id: str, workdir: Path, *, issued_ms: int | None = None
 ) -> bytes:
     """An assignment of job 0badf00d (a shell agent writing pwned.txt) signed with `key`."""
-    from delegate import hostproto
+    from delegate.core import hostproto
 
     job = {
         "job_id": "0badf00d",

@@ -8,8 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from delegate.channels import ClaudeStream, CodexJson, hook_events
-from delegate.model import JobState
+from delegate.core.channels import ClaudeStream, CodexJson, hook_events
+from delegate.core.model import JobState
 from delegate.services.state import State
 
 from .helpers import json_lines, run_cli

@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from delegate.services.agent_env import BASE
+from delegate.services.jobs.agent_env import BASE
 from delegate.services.state import State
 
 from .helpers import assert_one_line_error, json_lines, retry_until, run_cli

@@ -8,7 +8,7 @@ import textwrap
 import threading
 from pathlib import Path
 
-from delegate.audit import AuditLog, parse_line
+from delegate.adapters.audit import AuditLog, parse_line
 from delegate.services.logs import follow_log
 from delegate.services.state import State
 
@@ -19,7 +19,7 @@ JOB = "0123abcd"
 APPEND_MANY = """
     import sys
     from pathlib import Path
-    from delegate.audit import AuditLog
+    from delegate.adapters.audit import AuditLog
     log = AuditLog(Path(sys.argv[1]))
     for i in range(300):
         log.append("0123abcd", "progress", writer=sys.argv[2], i=i, pad="z" * (i * 37 % 5000))
@@ -59,7 +59,7 @@ def test_status_and_meta_follow_the_registry(state: State):
     assert status is not None and status["status"] == "pending"
     assert meta is not None and meta["command"] == "make test" and "auth_token" not in meta
     assert job.auth_token not in (state.audit.job_dir(job.job_id) / "meta.json").read_text()
-    from delegate.model import JobState
+    from delegate.core.model import JobState
 
     state.registry.transition(job.job_id, JobState.RUNNING)
     state.registry.transition(job.job_id, JobState.ERROR, reason="launch_failed")
@@ -68,7 +68,7 @@ def test_status_and_meta_follow_the_registry(state: State):
 
 
 def test_follow_prints_until_the_job_ends(state: State):
-    from delegate.services.publish import publish_event
+    from delegate.services.jobs.publish import publish_event
 
     job, _ = state.registry.register()
     seen: list[dict] = []

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from delegate.bus import open_bus
-from delegate.bus.sqlite import SqliteBus
-from delegate.errors import BusError
+from delegate.adapters.bus import open_bus
+from delegate.adapters.bus.sqlite import SqliteBus
+from delegate.core.errors import BusError
 
 from .bus_contract import JOB, BusContract, drain
 

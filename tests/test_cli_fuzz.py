@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from delegate.__main__ import main
-from delegate.services.publish import publish_event
+from delegate.services.jobs.publish import publish_event
 from delegate.services.state import State
 
 COMMANDS = ["publish", "register", "show", "logs", "cancel", "jobs", "ps", "pick", "doctor"]

@@ -21,7 +21,8 @@ import click
 import pytest
 import typer
 
-from delegate import __version__, cli
+from delegate import __version__
+from delegate.cli import app as cli
 
 from .helpers import assert_one_line_error, cli_env, json_lines, popen_cli, run_cli
 
@@ -327,14 +328,14 @@ def readme_defaults() -> list[dict[str, str]]:
 def code_defaults() -> dict[str, Any]:
     """The code's value for README rows no option default states (or that have a constant
     besides the option, which must agree too)."""
-    from delegate import _logging
+    from delegate.config import logsetup as _logging
+    from delegate.config.profiles import NOTIFY_EVENTS_DEFAULT, max_running_caps
     from delegate.coord.heartbeats import BEAT_INTERVAL_S, Thresholds
-    from delegate.hostproto import DEFAULT_LOST_AFTER_S
-    from delegate.profiles import NOTIFY_EVENTS_DEFAULT, max_running_caps
-    from delegate.reconcile import DEFAULT_KEEP_FINISHED_S
-    from delegate.services.jobs import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_WALL_TIMEOUT_S
-    from delegate.services.monitor import DEFAULT_INTERVAL_S
-    from delegate.services.notify import NOTIFY_LIMIT_S
+    from delegate.core.hostproto import DEFAULT_LOST_AFTER_S
+    from delegate.core.policy import DEFAULT_KEEP_FINISHED_S
+    from delegate.runtime.monitor import DEFAULT_INTERVAL_S
+    from delegate.services.jobs.notify import NOTIFY_LIMIT_S
+    from delegate.services.jobs.register import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_WALL_TIMEOUT_S
     from delegate.services.session import DEFAULT_STOP_TIMEOUT_S
 
     thresholds = Thresholds()
@@ -409,7 +410,7 @@ def test_the_readme_defaults_table_matches_the_code():
 
 
 def test_the_fast_lock_path_uses_the_same_ttl():
-    from delegate import fastcoord
+    from delegate.entry import coord as fastcoord
 
     group = typer.main.get_command(cli.app).commands["lock"]  # type: ignore[attr-defined]
     for action in ("acquire", "renew"):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from delegate.bus import open_bus
-from delegate.model import JobState
-from delegate.protocol import build_envelope, encode, sign
+from delegate.adapters.bus import open_bus
+from delegate.core.model import JobState
+from delegate.core.protocol import build_envelope, encode, sign
 from delegate.services.state import State
 
 from .helpers import json_lines, popen_cli, retry_until, run_cli
@@ -98,7 +98,7 @@ def test_idle_timeout_ends_watch_with_2(home: Path):
     job = State.open(env={"DELEGATE_HOME": str(home)}).registry.get(job_id)
     assert job.status is JobState.ERROR and job.error == "idle_timeout"
     # the deadline came from the record: the last event plus the idle budget
-    from delegate.registry import parse_timestamp
+    from delegate.core.timefmt import parse_timestamp
 
     ended = [e for e in State.open(env={"DELEGATE_HOME": str(home)}).audit.read_events(job_id)]
     failed = next(e for e in ended if e.get("kind") == "reconciled")
@@ -122,8 +122,8 @@ def test_wall_timeout_ends_watch_with_2_even_while_events_flow(home: Path):
     watcher = popen_cli(home, "watch", job_id)
     _publish(home, job_id, "started")
     state = State.open(env={"DELEGATE_HOME": str(home)})
-    from delegate.errors import PublishRefused
-    from delegate.services.publish import publish_event
+    from delegate.core.errors import PublishRefused
+    from delegate.services.jobs.publish import publish_event
 
     deadline = time.monotonic() + 30
     refused = False

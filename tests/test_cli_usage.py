@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from delegate import cli, fastcli, fastcoord
+from delegate.cli import app as cli
+from delegate.entry import coord as fastcoord
+from delegate.entry import publish as fastcli
 
 from .helpers import assert_one_line_error, json_lines, run_cli
 
@@ -226,14 +228,18 @@ def test_report_names_what_is_missing_and_exits_69(home: Path, tmp_path: Path):
     assert_one_line_error(no_java)
 
 
-@pytest.mark.parametrize("module", ["delegate.wrapper", "delegate.supervisor"])
+@pytest.mark.parametrize("module", ["delegate.runtime.wrapper", "delegate.runtime.supervisor"])
 def test_process_entry_points_fail_in_one_line(home: Path, module: str):
     import subprocess
     import sys
 
     from .helpers import cli_env
 
-    args = ["0badc0de"] if module == "delegate.wrapper" else ["0badc0de", "--ready-file", "/x/y"]
+    args = (
+        ["0badc0de"]
+        if module == "delegate.runtime.wrapper"
+        else ["0badc0de", "--ready-file", "/x/y"]
+    )
     result = subprocess.run(
         [sys.executable, "-m", module, *args],
         env=cli_env(home),

@@ -234,7 +234,7 @@ def test_export_killed_mid_way_then_rerun_writes_each_message_once(home: Path, t
 
 
 def test_bus_export_writes_job_events(home: Path, tmp_path: Path):
-    from delegate.services.publish import publish_event
+    from delegate.services.jobs.publish import publish_event
     from delegate.services.state import State
 
     state = State.open(env={"DELEGATE_HOME": str(home)})

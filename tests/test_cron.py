@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from delegate.errors import UsageError
-from delegate.model import JobState
+from delegate.core.errors import UsageError
+from delegate.core.model import JobState
 from delegate.services import cron
 from delegate.services.state import State
 
@@ -174,7 +174,7 @@ def test_ten_runs_at_once_make_one_job(home: Path, tmux_env, tmp_path: Path):
 
 
 def test_a_windows_never_launched_job_is_launched_once(home: Path, tmux_env, tmp_path: Path):
-    from delegate.reconcile import Caps, may_start
+    from delegate.core.policy import Caps, may_start
 
     path = job_file(tmp_path)
     state = State.open(env={"DELEGATE_HOME": str(home), **tmux_env})

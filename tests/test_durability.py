@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from delegate import audit as audit_module
-from delegate.audit import parse_line
-from delegate.services.publish import publish_event
+from delegate.adapters import audit as audit_module
+from delegate.adapters.audit import parse_line
+from delegate.services.jobs.publish import publish_event
 from delegate.services.state import State
 
 from .helpers import cli_env
@@ -69,7 +69,7 @@ def test_every_power_cut_leaves_the_status_behind_the_audit(home: Path, monkeypa
 
 PUBLISHER = """
 import sys
-from delegate.services.publish import publish_event
+from delegate.services.jobs.publish import publish_event
 from delegate.services.state import State
 state = State.open()
 job = sys.argv[1]

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from delegate import _fastjson
+from delegate.core import fastjson as _fastjson
 
 documents = st.recursive(
     st.none()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from delegate.model import JobState
+from delegate.core.model import JobState
 
 from .helpers import (
     assert_one_line_error,

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from delegate import hostproto
-from delegate.model import JobState
-from delegate.services.hosts import HostBook
+from delegate.core import hostproto
+from delegate.core.model import JobState
+from delegate.services.remote import HostBook
 from delegate.services.state import State
 
 from .helpers import (
@@ -291,7 +291,7 @@ def test_a_host_that_dies_fails_its_jobs_host_lost(sides: Sides, tmp_path: Path)
 # `delegate submit --host h1`, its process killed outright just as it would send the assignment
 SUBMIT_DIES_BEFORE_SENDING = """
 import os, sys
-from delegate.services import hosts
+from delegate.services import remote as hosts
 hosts.assign = lambda *args, **kwargs: os._exit(9)
 from delegate.__main__ import main
 sys.argv = ["delegate", *sys.argv[1:]]
@@ -462,9 +462,9 @@ def test_a_cron_entry_can_name_a_host_and_a_never_assigned_window_is_assigned(
 ):
     from datetime import UTC, datetime
 
-    from delegate import hostproto
+    from delegate.core import hostproto
     from delegate.services import cron
-    from delegate.services.jobs import register_job
+    from delegate.services.jobs.register import register_job
 
     work = tmp_path / "work"
     work.mkdir()

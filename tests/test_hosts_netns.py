@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from delegate.model import JobState
+from delegate.core.model import JobState
 from delegate.services.state import State
 
 from .helpers import cli_env, json_lines, retry_until, signed_assignment

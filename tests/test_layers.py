@@ -46,5 +46,5 @@ def test_an_upward_import_breaks_them(tmp_path: Path):
     target.write_text(target.read_text() + "\nfrom ..cli import app  # deliberately upward\n")
     result = _lint(tree)
     assert result.returncode != 0, result.stdout
-    assert "delegate.services.ps -> delegate.cli" in result.stdout
+    assert "delegate.services.ps -> delegate.cli.app" in result.stdout
     assert "BROKEN" in result.stdout

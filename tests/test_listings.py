@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from delegate.adapters.terminal import Column, fit_widths
 from delegate.coord import heartbeats
-from delegate.model import JobState
+from delegate.core.model import JobState
 from delegate.services.coord import open_coord
 from delegate.services.state import State
-from delegate.tables import Column, fit_widths
 
 from .helpers import cli_env, delegate_cmd, json_lines, run_cli
 from .pty_run import run_in_pty

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delegate.errors import IllegalTransition, InvalidJobId
-from delegate.model import (
+from delegate.core.errors import IllegalTransition, InvalidJobId
+from delegate.core.model import (
     Job,
     JobState,
     check_transition,
@@ -17,7 +17,7 @@ from delegate.model import (
 
 Q, P, R, C, E, X = "queued", "pending", "running", "completed", "error", "cancelled"
 # Written out from DESIGN section 4 and issue 8 (queued waits for a slot, then is launched
-# as pending), independently of the table in delegate.model.
+# as pending), independently of the table in delegate.core.model.
 LEGAL = {(Q, P), (Q, E), (Q, X), (P, R), (P, E), (P, X), (R, C), (R, E), (R, X)}
 
 states = st.sampled_from(list(JobState))

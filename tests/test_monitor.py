@@ -14,11 +14,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from delegate.model import JobState, SessionState
-from delegate.registry import parse_timestamp
+from delegate.adapters.sessions_db import SessionInventory
+from delegate.adapters.tmux import Tmux, alive, processes_of_job
+from delegate.core.model import JobState, SessionState
+from delegate.core.timefmt import parse_timestamp
 from delegate.services.state import State
-from delegate.sessions import SessionInventory
-from delegate.tmux import Tmux, alive, processes_of_job
 
 from .helpers import (
     cli_env,
@@ -167,8 +167,8 @@ def test_tmux_kill_server_fails_every_running_job(home: Path, tmux_env, tmp_path
 def _publish_raw(state: State, job_id: str, event: str, detail: str = "") -> None:
     """Put a signed event on the bus without touching the registry: what a publisher on
     another machine, or one killed between the bus's ack and its own bookkeeping, leaves."""
-    from delegate.bus import open_bus
-    from delegate.protocol import build_envelope, encode, sign
+    from delegate.adapters.bus import open_bus
+    from delegate.core.protocol import build_envelope, encode, sign
 
     job = state.registry.get(job_id)
     seq = job.last_seq + 1
@@ -222,8 +222,8 @@ def test_a_simulated_reboot_leaves_nothing_open(home: Path, tmux_env, tmp_path: 
     state = open_state(home)
     assert state.registry.get(waiting).status is JobState.QUEUED
     # a job registered and admitted whose launcher died before tmux started it
-    from delegate.reconcile import Caps, may_start
-    from delegate.tmux import socket_path_for
+    from delegate.adapters.tmux import socket_path_for
+    from delegate.core.policy import Caps, may_start
 
     orphaned, _ = state.registry.register(agent="shell", workdir=str(tmp_path), session="dlg-late")
     prompt = tmp_path / "late.sh"
@@ -438,8 +438,8 @@ def test_cancel_says_when_tmux_cannot_be_reached(home: Path, tmux_env, tmp_path:
 def _registered_with_dead_launcher(
     state: State, tmux_env, tmp_path: Path, session: str, script: str
 ):
-    from delegate.reconcile import Caps, may_start
-    from delegate.tmux import socket_path_for
+    from delegate.adapters.tmux import socket_path_for
+    from delegate.core.policy import Caps, may_start
 
     job, _ = state.registry.register(agent="shell", workdir=str(tmp_path), session=session)
     prompt = tmp_path / f"{job.job_id}.sh"
@@ -463,7 +463,7 @@ def test_a_launcher_that_finished_between_two_reads_is_not_taken_for_one_that_ne
     """The launcher starts the pane and exits while a pass is looking: the pass must not start
     the job a second time (that respawned the pane, and the job died of SIGHUP)."""
     from delegate.services import reconciler as reconciler_module
-    from delegate.services.launch import launch_in_tmux, tmux_for
+    from delegate.services.jobs.launch import launch_in_tmux, tmux_for
     from delegate.services.reconciler import Reconciler
 
     state = State.open(env={**tmux_env, "DELEGATE_HOME": str(home)})
@@ -493,8 +493,8 @@ def test_taking_over_a_launch_never_restarts_the_job_already_running(
     home: Path, tmux_env, tmp_path: Path
 ):
     """Even a takeover decided on stale facts finds the job in its pane and leaves it be."""
-    from delegate.reconcile import Caps
-    from delegate.services.launch import claim_and_launch, launch_in_tmux, tmux_for
+    from delegate.core.policy import Caps
+    from delegate.services.jobs.launch import claim_and_launch, launch_in_tmux, tmux_for
 
     state = State.open(env={**tmux_env, "DELEGATE_HOME": str(home)})
     marker = tmp_path / "runs"

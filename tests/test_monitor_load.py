@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from delegate.model import JobState
-from delegate.registry import parse_timestamp
-from delegate.services.publish import publish_event
+from delegate.adapters.sessions_db import SessionInventory
+from delegate.core.model import JobState
+from delegate.core.timefmt import parse_timestamp
+from delegate.services.jobs.publish import publish_event
+from delegate.services.jobs.watch import Watcher, exit_code_for
 from delegate.services.state import State
-from delegate.services.watch import Watcher, exit_code_for
-from delegate.sessions import SessionInventory
 
 from .helpers import json_lines, retry_until, run_cli, submit_shell
 from .mqtt_fixtures import PLAIN, Broker, _user, free_port
@@ -80,7 +80,7 @@ def test_max_running_2_with_6_jobs(home: Path, tmux_env, tmp_path: Path):
 
 def _race_once(state: State, cancel_delay_s: float):
     """One job, one watcher, then a `completed` publish and a `cancel` released together."""
-    from delegate.errors import IllegalTransition, PublishRefused
+    from delegate.core.errors import IllegalTransition, PublishRefused
 
     job, _ = state.registry.register(idle_timeout_s=60)
     publish_event(state, job.job_id, "started")
@@ -292,7 +292,7 @@ def test_broker_stopped_before_the_agent_ends(home: Path, tmux_env, tmp_path: Pa
 
 
 def test_a_started_the_bus_refused_does_not_strand_the_job(home: Path, tmp_path: Path):
-    from delegate.reconcile import Caps, may_start
+    from delegate.core.policy import Caps, may_start
 
     url = f"mqtt://127.0.0.1:{free_port()}"  # nothing listens there
     state = State.open(env={"DELEGATE_HOME": str(home)})
@@ -303,7 +303,7 @@ def test_a_started_the_bus_refused_does_not_strand_the_job(home: Path, tmp_path:
         lambda j, others: may_start(j, others, Caps()),
     )
     wrapper = subprocess.run(
-        [sys.executable, "-m", "delegate.wrapper", job.job_id],
+        [sys.executable, "-m", "delegate.runtime.wrapper", job.job_id],
         env={**os.environ, "DELEGATE_HOME": str(home), "DELEGATE_BUS": url},
         capture_output=True,
         text=True,
@@ -354,7 +354,7 @@ def test_the_systemd_unit_names_a_real_command():
 def test_an_all_jobs_mqtt_listener_gets_no_retained_outcomes_even_after_reconnect(
     home: Path, own_broker
 ):
-    from delegate.bus import open_bus
+    from delegate.adapters.bus import open_bus
 
     state = State.open(env={"DELEGATE_HOME": str(home), "DELEGATE_BUS": own_broker.url})
     for _ in range(5):  # five past jobs, each with a retained outcome on the broker

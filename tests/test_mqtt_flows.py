@@ -7,10 +7,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from delegate.bus import open_bus
-from delegate.model import JobState
-from delegate.protocol import build_envelope, encode, sign
-from delegate.services.publish import publish_event
+from delegate.adapters.bus import open_bus
+from delegate.core.model import JobState
+from delegate.core.protocol import build_envelope, encode, sign
+from delegate.services.jobs.publish import publish_event
 from delegate.services.state import State
 
 from .helpers import json_lines, popen_cli, retry_until, run_cli

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from delegate.bus.mqtt import BrokerAuthError, BrokerTlsError, MqttBus, settings_from
-from delegate.errors import ConfigError
+from delegate.adapters.bus.mqtt import BrokerAuthError, BrokerTlsError, MqttBus, settings_from
+from delegate.core.errors import ConfigError
 
 from .helpers import (
     assert_one_line_error,

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from delegate.errors import ConfigError, UsageError
-from delegate.model import SessionState
-from delegate.profiles import BUILTIN, load_config, one_off, profiles, resolve
-from delegate.services.jobfile import merge_job_file
-from delegate.services.submit import build_prompt, preamble
-from delegate.sessions import SessionError, SessionInventory
-from delegate.wrapper import outcome_for
+from delegate.adapters.sessions_db import SessionError, SessionInventory
+from delegate.config.profiles import BUILTIN, load_config, one_off, profiles, resolve
+from delegate.core.errors import ConfigError, UsageError
+from delegate.core.model import SessionState
+from delegate.runtime.wrapper import outcome_for
+from delegate.services.jobs.jobfile import merge_job_file
+from delegate.services.jobs.submit import build_prompt, preamble
 
 
 def test_builtin_profiles():
@@ -173,8 +173,8 @@ def test_session_inventory_history(tmp_path: Path):
 def test_max_running_and_notify_from_delegate_toml(tmp_path):
     import tomllib
 
-    from delegate.errors import ConfigError
-    from delegate.profiles import max_running_caps, notifier, profiles
+    from delegate.config.profiles import max_running_caps, notifier, profiles
+    from delegate.core.errors import ConfigError
 
     source = tmp_path / "delegate.toml"
     config = tomllib.loads(

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from delegate import protocol
-from delegate.protocol import (
+from delegate.core import protocol
+from delegate.core.protocol import (
     Accepted,
     Receiver,
     Rejected,

@@ -5,7 +5,7 @@ import socket
 import stat
 from pathlib import Path
 
-from delegate.publish_socket import MAX_REQUEST, PublishServer, request, socket_path
+from delegate.adapters.publish_socket import MAX_REQUEST, PublishServer, request, socket_path
 
 
 def test_round_trip_and_private_socket(tmp_path: Path):
@@ -61,8 +61,8 @@ def test_long_log_paths_fall_back_to_a_private_temp_folder(tmp_path: Path):
 
 
 def test_a_lost_answer_is_asked_again_and_the_event_goes_out_once(tmp_path: Path):
-    from delegate.bus import open_bus
-    from delegate.services.publish import publish_event, publish_receipt
+    from delegate.adapters.bus import open_bus
+    from delegate.services.jobs.publish import publish_event, publish_receipt
     from delegate.services.state import State
 
     state = State.open(env={"DELEGATE_HOME": str(tmp_path / "state")})
@@ -123,7 +123,7 @@ def test_a_wrapper_that_stops_answering_is_not_bypassed(tmp_path: Path):
 
 
 def test_a_silent_client_does_not_hold_the_server(tmp_path: Path, monkeypatch):
-    import delegate.publish_socket as module
+    import delegate.adapters.publish_socket as module
 
     monkeypatch.setattr(module, "CONNECTION_TIMEOUT_S", 0.2)
     path = tmp_path / "p.sock"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from delegate.model import JobState
-from delegate.profiles import BUILTIN
+from delegate.config.profiles import BUILTIN
+from delegate.core.model import JobState
 from delegate.services.state import State
 
 from .helpers import json_lines, run_cli
@@ -84,7 +84,7 @@ def test_a_real_claude_without_credentials_ends_in_error(home: Path, tmux_env, t
         -1
     ]["result"]
     # the CLI's own words, as redaction leaves them in `detail` ("/login" reads as a path)
-    from delegate.protocol import redact
+    from delegate.core.protocol import redact
 
     assert "Not logged in" in message
     assert job.error == f"agent_error: {redact(message)}", (message, job.error)

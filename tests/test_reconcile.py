@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from delegate.model import Job, JobState, SessionState
-from delegate.reconcile import (
+from delegate.core.model import Job, JobState, Pane, Session, SessionState, TmuxView
+from delegate.core.policy import (
     AGENT_EXITED,
     IDLE_TIMEOUT,
     TMUX_GONE,
@@ -32,9 +32,7 @@ from delegate.reconcile import (
     next_deadline_s,
     reconcile,
 )
-from delegate.registry import record_timestamp
-from delegate.sessions import Session
-from delegate.tmux import Pane, TmuxView
+from delegate.core.timefmt import record_timestamp
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 SOCK = "/tmp/tmux-0/test"

@@ -14,7 +14,8 @@ from pathlib import Path
 import filelock
 import pytest
 
-from delegate.errors import (
+from delegate.adapters.registry import Registry
+from delegate.core.errors import (
     CorruptRecord,
     IllegalTransition,
     InvalidJobId,
@@ -22,8 +23,7 @@ from delegate.errors import (
     LockTimeout,
     PublishRefused,
 )
-from delegate.model import EventType, Job, JobState
-from delegate.registry import Registry
+from delegate.core.model import EventType, Job, JobState
 from delegate.services.state import State
 
 
@@ -184,7 +184,7 @@ def test_a_state_dir_the_user_made_keeps_its_mode_and_doctor_warns(tmp_path: Pat
 
 
 def test_a_shared_1777_folder_holding_a_bus_keeps_its_mode(tmp_path: Path):
-    from delegate.bus import open_bus
+    from delegate.adapters.bus import open_bus
 
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -271,7 +271,7 @@ def test_eight_processes_register_400_distinct_jobs(state: State, home: Path):
 
 PUBLISH_200 = """
     import sys
-    from delegate.services.publish import publish_event
+    from delegate.services.jobs.publish import publish_event
     from delegate.services.state import State
     state = State.open()
     for i in range(200):

@@ -20,9 +20,9 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from delegate.core.timefmt import human_duration
 from delegate.report.figures import compute, read_ndjson, read_status
 from delegate.report.render import to_json
-from delegate.timefmt import human_duration
 
 from .helpers import cli_env, delegate_cmd
 from .pty_run import run_in_pty

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from delegate.model import JobState
+from delegate.core.model import JobState
 from delegate.services.state import State
 
 from .helpers import json_lines, run_cli
@@ -72,7 +72,7 @@ report() {{ /usr/bin/python3 -m delegate publish "$@"; }}
 report --event progress --detail "as another user"
 report --job {other} --event progress --detail "not mine" 2> other.err; echo $? > other.code
 /usr/bin/python3 -c "
-from delegate.publish_socket import request; import os, json
+from delegate.adapters.publish_socket import request; import os, json
 print(json.dumps(request(os.environ['DELEGATE_PUBLISH_SOCKET'],
       {{'job': '{other}', 'event': 'progress'}})))" > socket-other.json
 report --event completed --detail done

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from delegate.model import JobState, SessionState
+from delegate.adapters.sessions_db import SessionInventory
+from delegate.adapters.tmux import Tmux, alive, processes_of_job
+from delegate.core.model import JobState, SessionState
 from delegate.services.state import State
-from delegate.sessions import SessionInventory
-from delegate.tmux import Tmux, alive, processes_of_job
 
 from .helpers import assert_one_line_error, json_lines, read_pids, retry_until, run_cli
 from .test_monitor import monitor_once, submit_no_wait, wait_running

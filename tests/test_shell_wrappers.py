@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from delegate.model import JobState
+from delegate.core.model import JobState
 from delegate.services.state import State
 
 from .helpers import cli_env, retry_until

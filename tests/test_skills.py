@@ -64,7 +64,7 @@ INLINE = re.compile(r"`(delegate [^`]+)`")
 
 def test_every_inline_command_of_a_skill_runs(home: Path, tmux_env):
     """Inline commands (`delegate publish ...` in the reporting skill): each in a started job."""
-    from delegate.services.publish import publish_event
+    from delegate.services.jobs.publish import publish_event
     from delegate.services.state import State
 
     state = State.open(env={"DELEGATE_HOME": str(home)})

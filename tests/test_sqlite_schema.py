@@ -17,9 +17,9 @@ kind, path, go = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
 if kind == "coord":
     from delegate.coord.store import CoordStore as Store
 elif kind == "bus":
-    from delegate.bus.sqlite import SqliteBus as Store
+    from delegate.adapters.bus.sqlite import SqliteBus as Store
 else:
-    from delegate.sessions import SessionInventory as Store
+    from delegate.adapters.sessions_db import SessionInventory as Store
 while time.time() < go:  # every opener starts at the same instant
     pass
 Store(path)
@@ -53,7 +53,7 @@ def test_twelve_first_openers_at_once_all_succeed(kind: str, tmp_path: Path):
 def test_a_version_1_session_inventory_is_migrated_and_keeps_its_rows(tmp_path: Path):
     import sqlite3
 
-    from delegate.sessions import SCHEMA_VERSION, SessionInventory
+    from delegate.adapters.sessions_db import SCHEMA_VERSION, SessionInventory
 
     path = tmp_path / "sessions.db"
     old = sqlite3.connect(path)

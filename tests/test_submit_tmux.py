@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from delegate.model import JobState, SessionState
+from delegate.adapters.sessions_db import SessionInventory
+from delegate.adapters.tmux import Tmux, alive
+from delegate.core.model import JobState, SessionState
 from delegate.services.state import State
-from delegate.sessions import SessionInventory
-from delegate.tmux import Tmux, alive
 
 from .helpers import (
     cli_env,

@@ -1,4 +1,4 @@
-"""delegate.tmux against a real tmux server on an isolated socket."""
+"""delegate.adapters.tmux against a real tmux server on an isolated socket."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from delegate.errors import UsageError
-from delegate.tmux import Tmux, alive, descendants, settle, validate_session_name
+from delegate.adapters.tmux import Tmux, alive, descendants, settle, validate_session_name
+from delegate.core.errors import UsageError
 
 from .helpers import retry_until
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import UsageError
-from .leases import iso_ms
-from .store import CoordError, CoordStore
+from delegate.coord.leases import iso_ms
+from delegate.coord.store import CoordError, CoordStore
+from delegate.core.errors import UsageError
 
 PREFIXES = ("task:", "cache:", "signal:", "trace:", "result:", "lock:")
 MAX_KEY = 512

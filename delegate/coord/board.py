@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from ..errors import UsageError
-from .store import CoordError, CoordStore
+from delegate.coord.store import CoordError, CoordStore
+from delegate.core.errors import UsageError
 
 VERDICTS = ("approve", "reject")
 ASSESS, DISCUSS, VOTE, RESOLVE, RESOLVED = "assess", "discuss", "vote", "resolve", "resolved"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..errors import UsageError
-from .store import CoordStore
+from delegate.coord.store import CoordStore
+from delegate.core.errors import UsageError
 
 AGENT, RESOURCE = "agent", "resource"
 
@@ -99,7 +99,7 @@ def describe(cycle: list[dict[str, str]]) -> str:
 
 
 def deadlocks(store: CoordStore) -> list[list[dict[str, str]]]:
-    from .leases import holders
+    from delegate.coord.leases import holders
 
     waits = [
         (str(a), str(k), str(t)) for a, k, t in store.read("SELECT agent, kind, target FROM blocks")

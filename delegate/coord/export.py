@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..errors import UsageError
-from .messages import _COLUMNS, as_dict
-from .store import CoordError, CoordStore
+from delegate.coord.messages import MESSAGE_COLUMNS, as_dict
+from delegate.coord.store import CoordError, CoordStore
+from delegate.core.errors import UsageError
 
 BATCH = 1000
 
@@ -111,7 +111,7 @@ def _to_stream(store: CoordStore, source: str, fetch: Fetch, stream: TextIO) -> 
 def message_rows(store: CoordStore) -> Fetch:
     def fetch(after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
         rows = store.read(
-            f"SELECT {_COLUMNS} FROM messages WHERE seq > ? ORDER BY seq LIMIT ?",  # noqa: S608
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE seq > ? ORDER BY seq LIMIT ?",  # noqa: S608
             (after, limit),
         )
         return [(int(r[0]), as_dict(store, r, resolve=False)) for r in rows]

@@ -7,7 +7,7 @@ holder's locks and claims may be broken by another agent.
 
 from __future__ import annotations
 
-from ..errors import UsageError
+from delegate.core.errors import UsageError
 
 TYPE_CHECKING = False  # `lock acquire` runs through here: typing and dataclasses cost ~10 ms
 if TYPE_CHECKING:
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from .store import CoordStore
+    from delegate.coord.store import CoordStore
 
 STATUSES = ("idle", "working", "blocked")
 BEAT_INTERVAL_S = 10.0
@@ -141,8 +141,8 @@ class Beater:
         return self
 
     def _run(self) -> None:
-        from .._logging import get_logger
-        from .store import CoordStore
+        from delegate.config.logsetup import get_logger
+        from delegate.coord.store import CoordStore
 
         log = get_logger(__name__)
         store = None

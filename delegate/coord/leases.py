@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import time
 
-from ..errors import UsageError
-from .heartbeats import Thresholds, last_beat_age_ms, liveness
-from .store import CoordError
+from delegate.coord.heartbeats import Thresholds, last_beat_age_ms, liveness
+from delegate.coord.store import CoordError
+from delegate.core.errors import UsageError
 
 TYPE_CHECKING = False  # the fast path of `lock acquire` imports this: no typing at run time
 if TYPE_CHECKING:
     from typing import Any
 
-    from .store import CoordStore
+    from delegate.coord.store import CoordStore
 
 KINDS = ("lock", "claim")
 DEFAULT_THRESHOLDS = Thresholds()

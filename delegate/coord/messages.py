@@ -14,14 +14,14 @@ import time
 import uuid
 from typing import Any
 
-from ..errors import UsageError
-from ..fsio import atomic_write, ensure_private_dir
-from .store import CoordError, CoordStore
+from delegate.adapters.fsio import atomic_write, ensure_private_dir
+from delegate.coord.store import CoordError, CoordStore
+from delegate.core.errors import UsageError
 
 BLOB_THRESHOLD = 4096
 MAX_PAYLOAD = 16 << 20
 MAX_FIELD = 256
-_COLUMNS = (
+MESSAGE_COLUMNS = (
     "seq, id, ts_ms, from_agent, to_agent, type, correlation_id, in_reply_to, payload, payload_ref"
 )
 
@@ -140,7 +140,7 @@ def cursor(store: CoordStore, agent: str) -> int:
 
 def pending(store: CoordStore, agent: str, limit: int = 100) -> list[dict[str, Any]]:
     rows = store.read(
-        f"SELECT {_COLUMNS} FROM messages WHERE seq > ?"  # noqa: S608 (a constant column list)
+        f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE seq > ?"  # noqa: S608 (a constant column list)
         " AND (to_agent = ? OR (to_agent IS NULL AND from_agent != ?)) ORDER BY seq LIMIT ?",
         (cursor(store, agent), agent, agent, limit),
     )

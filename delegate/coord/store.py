@@ -13,8 +13,8 @@ import os
 import sqlite3
 import time
 
-from ..errors import DelegateError
-from ..sqlite_schema import ensure_schema, statements
+from delegate.adapters.sqlite_schema import ensure_schema, statements
+from delegate.core.errors import DelegateError
 
 TYPE_CHECKING = False  # `lock acquire` opens the store: no typing or contextlib on its path
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class CoordStore:
             if not os.path.exists(path):
                 from pathlib import Path
 
-                from ..fsio import PRIVATE_FILE, ensure_private_dir
+                from delegate.adapters.fsio import PRIVATE_FILE, ensure_private_dir
 
                 ensure_private_dir(Path(path).parent)
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE))
@@ -164,7 +164,7 @@ class CoordStore:
     ) -> dict[str, object]:
         """Log a coordination event inside the caller's transaction: it exists exactly when the
         change it tells of does. Returns the event, for publishing on the job's bus too."""
-        from .. import _fastjson as json
+        from delegate.core import fastjson as json
 
         now = self.now()
         body = json.dumps(data)

@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..fsio import atomic_write
-from .figures import COLUMNS, CORRUPT, LINE_SCHEMA, RAW_SCHEMA, parse_lines
+from delegate.adapters.fsio import atomic_write
+from delegate.report.figures import COLUMNS, CORRUPT, LINE_SCHEMA, RAW_SCHEMA, parse_lines
 
 MANIFEST = "_manifest.json"
 

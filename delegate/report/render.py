@@ -1,6 +1,6 @@
 """Writing a report: terminal tables, JSON, Parquet, or an HTML page with charts.
 
-What people read says durations in words (`4m 12s`, `delegate.timefmt`), times in local time,
+What people read says durations in words (`4m 12s`, `delegate.core.timefmt`), times in local time,
 the time range the report covers and when it was made, and failures ranked by reason. The
 HTML page embeds its charts as SVG drawn by matplotlib, so it needs no network to open; it
 takes the window's width, narrow or wide, and prints cleanly. JSON and Parquet keep the figures
@@ -19,10 +19,17 @@ from datetime import UTC, date, datetime, tzinfo
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..tables import Column, terminal_width
-from ..tables import print_table as print_rows
-from ..timefmt import human_duration, human_timeout, local_time, parse_iso, seconds_between
-from .figures import Report
+from delegate.adapters.terminal import Column, terminal_width
+from delegate.adapters.terminal import print_table as print_rows
+from delegate.core.timefmt import (
+    RECORD_FORMAT,
+    human_duration,
+    human_timeout,
+    local_time,
+    parse_iso,
+    seconds_between,
+)
+from delegate.report.figures import Report
 
 PIPED_WIDTH = 240  # a table written to a file or a pipe keeps its natural width up to this
 JOBS_AT_TERMINAL = 20
@@ -30,7 +37,7 @@ JOBS_AT_TERMINAL = 20
 
 def _plain(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return value.strftime(RECORD_FORMAT)
     if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, dict):

@@ -4,7 +4,7 @@ It receives this host's signed assignments and cancels over one persistent MQTT 
 keeps a retained presence with a last will, launches each assigned job exactly as a local
 submit would (its own registry, profiles, environment policy, wrapper, tmux and audit), relays
 the jobs' events to the broker, and reconciles its own jobs. The delegator's side of hosts
-(the host book, remote submit and cancel, presence) is `delegate.services.hosts`.
+(the host book, remote submit and cancel, presence) is `delegate.services.remote`.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import hostproto
-from .._logging import get_logger
-from ..audit import _now_iso
-from ..errors import DelegateError, UsageError
-from ..fsio import append_line, atomic_write, ensure_private_dir
-from ..model import JobState, validate_job_id
-from ..services.hosts import mqtt_settings
-from ..services.reconciler import Reconciler
-from ..services.state import State
-from ..services.submit import SubmitRequest, cancel, submit
+from delegate.adapters.fsio import append_line, atomic_write, ensure_private_dir
+from delegate.config.logsetup import get_logger
+from delegate.core import hostproto
+from delegate.core.errors import DelegateError, UsageError
+from delegate.core.model import JobState, validate_job_id
+from delegate.core.timefmt import record_timestamp
+from delegate.services.jobs.submit import SubmitRequest, cancel, submit
+from delegate.services.reconciler import Reconciler
+from delegate.services.remote import mqtt_settings
+from delegate.services.state import State
 
 log = get_logger(__name__)
 
@@ -55,7 +55,7 @@ def _positive_int(value: Any) -> int | None:
 
 
 def _ms(timestamp: str) -> int:
-    from ..registry import parse_timestamp
+    from delegate.core.timefmt import parse_timestamp
 
     return int(parse_timestamp(timestamp).timestamp() * 1000)
 
@@ -106,7 +106,7 @@ class HostServer:
 
     def audit(self, kind: str, **fields: Any) -> None:
         ensure_private_dir(self.audit_path.parent)
-        line = json.dumps({"ts": _now_iso(), "kind": kind, "host": self.name, **fields})
+        line = json.dumps({"ts": record_timestamp(), "kind": kind, "host": self.name, **fields})
         append_line(self.audit_path, line.encode() + b"\n")
 
     def seen_requests(self) -> set[str]:
@@ -147,7 +147,7 @@ class HostServer:
     # the broker side
 
     def connect(self) -> None:
-        from ..bus.mqtt import DURABLE_SESSION_S, _Connection
+        from delegate.adapters.bus.mqtt import DURABLE_SESSION_S, Connection
 
         prefix = self.settings.prefix
         wanted = [hostproto.topic(prefix, self.name, w) for w in ("assign", "cancel")]
@@ -168,7 +168,7 @@ class HostServer:
             )
 
         will = json.dumps({"online": False, "host": self.name}).encode()
-        self.connection = _Connection(
+        self.connection = Connection(
             self.settings,
             f"delegate-host-{self.name}",
             clean_start=False,  # assignments sent while this host was away wait for it
@@ -279,7 +279,7 @@ class HostServer:
         `started` that never comes: a signed `error` event, relayed like the job's own would be.
         Signed here, not through `publish`: the local record is already ended, and a job that
         failed this early has said nothing, so the event is its first."""
-        from ..protocol import build_envelope, encode, redact, sign
+        from delegate.core.protocol import build_envelope, encode, redact, sign
 
         try:
             seq = self.state.registry.get(job_id).last_seq + 1
@@ -289,7 +289,7 @@ class HostServer:
         detail = redact(f"host {self.name} could not launch it: {exc}"[:500], secrets=(token,))
         envelope = sign(build_envelope(job_id=job_id, seq=seq, event="error", detail=detail), token)
         try:
-            from ..bus.sqlite import SqliteBus
+            from delegate.adapters.bus.sqlite import SqliteBus
 
             bus = SqliteBus(self.state.layout.bus_db)  # the relay forwards it to the broker
             try:
@@ -315,8 +315,8 @@ class HostServer:
     def relay(self) -> None:
         """Forward the events of jobs assigned here from the local bus to the broker, in order,
         each acknowledged locally once the broker acknowledged it; retried while it is away."""
-        from ..bus.mqtt_wire import SyncPublisher, topic_for
-        from ..bus.sqlite import SqliteBus
+        from delegate.adapters.bus.mqtt_wire import SyncPublisher, topic_for
+        from delegate.adapters.bus.sqlite import SqliteBus
 
         bus = SqliteBus(self.state.layout.bus_db)
         subscription = bus.subscribe(None, consumer=f"host-relay-{self.name}")

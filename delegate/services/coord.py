@@ -12,12 +12,12 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .._logging import get_logger
-from ..config import HOME_ENV, JOB_ENV, state_home
-from ..coord import default_agent
-from ..coord.heartbeats import Thresholds
-from ..coord.leases import DEFAULT_THRESHOLDS, Grant, acquire
-from ..coord.store import CoordStore
+from delegate.config.layout import HOME_ENV, JOB_ENV, state_home
+from delegate.config.logsetup import get_logger
+from delegate.coord import default_agent
+from delegate.coord.heartbeats import Thresholds
+from delegate.coord.leases import DEFAULT_THRESHOLDS, Grant, acquire
+from delegate.coord.store import CoordStore
 
 log = get_logger(__name__)
 
@@ -38,7 +38,7 @@ def open_coord(env: Mapping[str, str] | None = None) -> CoordStore:
 
 def heartbeat_thresholds(env: Mapping[str, str] | None = None) -> Thresholds:
     """`[heartbeat] warn/stale/dead` of delegate.toml, else the defaults."""
-    from ..profiles import config_path, load_config
+    from delegate.config.profiles import config_path, load_config
 
     env = os.environ if env is None else env
     config = load_config(config_path(state_home(env), env))
@@ -87,9 +87,9 @@ def announce(events: list[dict[str, Any]], env: Mapping[str, str] | None = None)
     env = os.environ if env is None else env
     if not events or not env.get(JOB_ENV) or not env.get(HOME_ENV):
         return
-    from .. import _fastjson as json
-    from ..errors import DelegateError
-    from .publish import publish_own
+    from delegate.core import fastjson as json
+    from delegate.core.errors import DelegateError
+    from delegate.services.jobs.publish import publish_own
 
     for event in events:
         try:
@@ -104,9 +104,9 @@ def finished_job_agents(agents: list[str], env: Mapping[str, str] | None = None)
     """The agents among `agents` that belong to a job that has ended: a job's wrapper beats
     under the job's id (and an agent in a job is that job unless DELEGATE_AGENT_ID says
     otherwise), so an agent named as a job whose record is terminal is done for good."""
-    from ..errors import DelegateError
-    from ..model import validate_job_id
-    from .state import State
+    from delegate.core.errors import DelegateError
+    from delegate.core.model import validate_job_id
+    from delegate.services.state import State
 
     env = os.environ if env is None else env
     candidates = []

@@ -26,9 +26,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import DelegateError, UsageError
-from ..fsio import FileLock, atomic_write
-from .state import State
+from delegate.adapters.fsio import FileLock, atomic_write
+from delegate.core.errors import DelegateError, UsageError
+from delegate.services.state import State
 
 MARKER = "# delegate:"
 CATCH_UP = ("skip", "once")
@@ -290,7 +290,7 @@ def cron_settings(state: State) -> list[tuple[str, str]]:
     (DELEGATE_HOME, always), the config file (DELEGATE_CONFIG), and where tmux lives
     (DELEGATE_TMUX_SOCKET as the socket's path, TMUX_TMPDIR), so the jobs cron starts land in the
     state dir and on the tmux server the person who added the line looks at."""
-    from ..tmux import SOCKET_ENV, socket_path_for
+    from delegate.adapters.tmux import SOCKET_ENV, socket_path_for
 
     env = state.env
     found = [("DELEGATE_HOME", str(state.layout.home))]
@@ -338,7 +338,7 @@ def add(
     schedule = _validate_schedule(schedule)
     job_file = job_file.expanduser().absolute()
     _job_settings(job_file)  # refuse a job file that would fail at 3 a.m.
-    from ..profiles import config_path
+    from delegate.config.profiles import config_path
 
     config_path(state.layout.home, state.env)  # and a DELEGATE_CONFIG naming no file
     name = name or job_file.stem
@@ -454,7 +454,7 @@ def run(state: State, name: str, *, now: datetime | None = None) -> RunResult:
             if current.get("last_window") is None or current["last_window"] < _stamp(window):
                 current["last_window"] = _stamp(window)
                 current["last_job_id"] = job_id
-            # for the fast path of the next run in this window (delegate/fastcron.py)
+            # for the fast path of the next run in this window (delegate/entry/cron.py)
             current["window_hint"] = {
                 "window": _stamp(window),
                 "from_ts": window.timestamp(),
@@ -519,7 +519,7 @@ JOB_FIELDS = (
 
 
 def _job_settings(path: Path) -> dict[str, Any]:
-    from .jobfile import merge_job_file
+    from delegate.services.jobs.jobfile import merge_job_file
 
     try:
         return merge_job_file(path, **dict.fromkeys(JOB_FIELDS))
@@ -530,9 +530,9 @@ def _job_settings(path: Path) -> dict[str, Any]:
 def _submit_window(state: State, entry: dict[str, Any], window: datetime) -> tuple[str, bool, bool]:
     """Submit for `window` with the key NAME-<window>; launch a job of that key that was
     registered but never launched. Returns (job id, created, launched now)."""
-    from ..model import JobState
-    from .launch import launcher_alive
-    from .submit import SubmitRequest, read_prompt, submit
+    from delegate.core.model import JobState
+    from delegate.services.jobs.launch import launcher_alive
+    from delegate.services.jobs.submit import SubmitRequest, read_prompt, submit
 
     settings = {
         **_job_settings(Path(entry["job_file"])),
@@ -541,8 +541,8 @@ def _submit_window(state: State, entry: dict[str, Any], window: datetime) -> tup
     prompt = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=None)
     request = SubmitRequest.from_settings(settings, prompt)
     if settings.get("host"):  # an agent host's job: assigned over the broker
-        from .hosts import ASSIGNMENT_FILE, save_assignment
-        from .submit import submit_remote
+        from delegate.services.jobs.submit import submit_remote
+        from delegate.services.remote import ASSIGNMENT_FILE, save_assignment
 
         result = submit_remote(state, request, settings["host"], wait=False)
         job = result.job
@@ -563,8 +563,8 @@ def _submit_window(state: State, entry: dict[str, Any], window: datetime) -> tup
 def _launch_abandoned(state: State, job_id: str) -> bool:
     """A job of this window registered but never launched (its launcher died): launch it once,
     through the same policy the monitor uses (a claim only one process can make)."""
-    from ..reconcile import LaunchJob
-    from .reconciler import Reconciler
+    from delegate.core.policy import LaunchJob
+    from delegate.services.reconciler import Reconciler
 
     reconciler = Reconciler(state, actor=f"cron:{os.getpid()}")
     done = reconciler.run_pass(
@@ -572,7 +572,7 @@ def _launch_abandoned(state: State, job_id: str) -> bool:
     )
     if not done:
         return False
-    from .launch import start_detached_supervisor
+    from delegate.services.jobs.launch import start_detached_supervisor
 
     start_detached_supervisor(state, job_id)
     deadline = time.monotonic() + 5

@@ -7,10 +7,10 @@ import stat
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..bus import open_bus
-from ..errors import DelegateError
-from ..model import JobState
-from .state import State, strip_credentials
+from delegate.adapters.bus import open_bus
+from delegate.core.errors import DelegateError
+from delegate.core.model import JobState
+from delegate.services.state import State, strip_credentials
 
 OK = "ok"
 WARN = "warn"
@@ -88,7 +88,7 @@ def run_checks(state: State) -> list[Check]:
 def config_check(state: State) -> Check:
     """The config file (DELEGATE_CONFIG, else delegate.toml in the state dir) reads and its
     profiles parse; a missing default file is an empty config."""
-    from ..profiles import config_path, load_config, max_running_caps, profiles
+    from delegate.config.profiles import config_path, load_config, max_running_caps, profiles
 
     try:
         source = config_path(state.layout.home, state.env)
@@ -105,7 +105,14 @@ def config_check(state: State) -> Check:
 def tmux_checks(state: State) -> list[Check]:
     """tmux's version, the folder its socket lives in, and a round trip on a private socket
     (start a server, create and kill a session): what every launch needs."""
-    from ..tmux import SOCKET_ENV, Tmux, TmuxError, round_trip, socket_folder_problem, version
+    from delegate.adapters.tmux import (
+        SOCKET_ENV,
+        Tmux,
+        TmuxError,
+        round_trip,
+        socket_folder_problem,
+        version,
+    )
 
     try:
         found = version()

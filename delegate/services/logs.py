@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from .. import audit
-from ..model import validate_job_id
-from .state import State
+from delegate.adapters import audit
+from delegate.core.model import validate_job_id
+from delegate.services.state import State
 
 FOLLOW_POLL_S = 0.1
 # The lines that carry an event's envelope: the publisher writes `published`, and every

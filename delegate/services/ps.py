@@ -11,10 +11,11 @@ import os
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from ..model import Job, JobState, SessionState
-from ..tmux import Pane, Tmux, TmuxView, socket_path_for
-from .launch import inventory
-from .state import State
+from delegate.adapters.tmux import Tmux, socket_path_for
+from delegate.core.model import Job, JobState, Pane, SessionState, TmuxView
+from delegate.core.timefmt import parse_timestamp, record_timestamp, seconds_between
+from delegate.services.jobs.launch import inventory
+from delegate.services.state import State
 
 
 class Row(NamedTuple):
@@ -88,7 +89,7 @@ def _last_event(state: State, job_id: str) -> tuple[str, str]:
 
 
 def _age_s(job: Job, now: datetime) -> float:
-    created = datetime.strptime(job.created_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    created = parse_timestamp(job.created_at)
     return max(0.0, (now - created).total_seconds())
 
 
@@ -96,9 +97,8 @@ def job_timing(job: Job, now: datetime) -> tuple[float | None, str | None]:
     """How long the job has run (running: since it started; finished: start to end, or its
     whole life when it never started; queued and pending: since it was registered), and when
     it ended (its record's last change, once terminal)."""
-    from ..timefmt import seconds_between
 
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    stamp = record_timestamp(now)
     if job.status.terminal:
         ended = job.updated_at
         return seconds_between(job.started_at or job.created_at, ended), ended

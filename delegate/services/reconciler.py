@@ -16,10 +16,11 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from .._logging import get_logger
-from ..errors import DelegateError
-from ..model import EventType, Job, JobState, SessionState
-from ..reconcile import (
+from delegate.adapters.tmux import Tmux, settle, socket_path_for
+from delegate.config.logsetup import get_logger
+from delegate.core.errors import DelegateError
+from delegate.core.model import EventType, Job, JobState, Pane, SessionState, TmuxView
+from delegate.core.policy import (
     Action,
     ApplyEvent,
     Caps,
@@ -34,9 +35,8 @@ from ..reconcile import (
     Snapshot,
     reconcile,
 )
-from ..tmux import Pane, Tmux, TmuxView, settle, socket_path_for
-from .launch import caps, claim_and_launch, inventory, launcher_alive
-from .state import State
+from delegate.services.jobs.launch import caps, claim_and_launch, inventory, launcher_alive
+from delegate.services.state import State
 
 log = get_logger(__name__)
 
@@ -152,7 +152,7 @@ class Reconciler:
         }
         queued_there: set[str] = set()
         if assigned_at:
-            from .hosts import HostBook
+            from delegate.services.remote import HostBook
 
             book = HostBook(self.state)
             for host in {j.host for j in jobs.values() if j.job_id in assigned_at and j.host}:
@@ -190,7 +190,7 @@ class Reconciler:
         remote = [j for j in jobs.values() if j.host and not j.status.terminal]
         hosts = {}
         if remote:
-            from .hosts import host_ages
+            from delegate.services.remote import host_ages
 
             hosts = host_ages(self.state, remote, int(self.now().timestamp() * 1000))
         snap = Snapshot(

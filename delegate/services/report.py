@@ -17,8 +17,8 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import DelegateError, UsageError
-from .state import State
+from delegate.core.errors import DelegateError, UsageError
+from delegate.services.state import State
 
 FORMATS = ("table", "json", "parquet", "html")
 
@@ -148,7 +148,7 @@ def run_report(
         store = f"{logs.rstrip('/')}-analytics"
     check_requirements(dict(state.env))
 
-    from ..report.figures import spark_session
+    from delegate.report.figures import spark_session
 
     log = None if verbose else spark_log(state)
     try:
@@ -178,9 +178,9 @@ def _run(
     fmt: str,
     compact: bool,
 ) -> ReportResult:
-    from ..report import compact as compaction
-    from ..report.figures import collect, compute_frames, read_ndjson, read_status
-    from ..report.render import write
+    from delegate.report import compact as compaction
+    from delegate.report.figures import collect, compute_frames, read_ndjson, read_status
+    from delegate.report.render import write
 
     generated_at = datetime.now(UTC)
     compacted = compaction.compact(spark, logs, store) if compact else None
@@ -196,7 +196,7 @@ def _run(
     frames = compute_frames(lines, status, since=since_day)
     coordination = _coordination_events(state) if own else []
     if coordination:
-        from ..report.figures import resource_frame
+        from delegate.report.figures import resource_frame
 
         frames["resources"] = resource_frame(spark, coordination)
     report = collect(frames, malformed=malformed)

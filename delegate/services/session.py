@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import DelegateError, UsageError
-from ..model import Job, JobState, SessionState
-from ..profiles import config_path, load_config, profiles
-from ..sessions import Session, SessionError
-from ..tmux import Tmux, alive, processes_of_job, validate_session_name
-from .launch import inventory, tmux_for
-from .state import State
+from delegate.adapters.sessions_db import SessionError
+from delegate.adapters.tmux import Tmux, alive, processes_of_job, validate_session_name
+from delegate.config.profiles import config_path, load_config, profiles
+from delegate.core.errors import DelegateError, UsageError
+from delegate.core.model import Job, JobState, Session, SessionState
+from delegate.services.jobs.launch import inventory, tmux_for
+from delegate.services.state import State
 
 STOP_MODES = ("graceful", "soft", "hard")
 DEFAULT_STOP_TIMEOUT_S = 30.0
@@ -200,7 +200,7 @@ def resume(
     """A new job in session `name` (stopped), continuing the agent's conversation where its
     profile can (`resume = [...]` with `{conversation_id}`), else afresh; returns the submit
     result and a sentence saying which."""
-    from .submit import SubmitRequest, submit
+    from delegate.services.jobs.submit import SubmitRequest, submit
 
     row = _row(state, name)
     if row.state is not SessionState.STOPPED:

@@ -7,11 +7,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from ..audit import AuditLog
-from ..bus import Bus, open_bus
-from ..config import BUS_ENV, Layout, bus_url, state_home
-from ..model import Job
-from ..registry import Registry
+from delegate.adapters.audit import AuditLog
+from delegate.adapters.bus import Bus, open_bus
+from delegate.adapters.fsio import ensure_private_dir
+from delegate.adapters.registry import Registry
+from delegate.config.layout import BUS_ENV, Layout, bus_url, state_home
+from delegate.core.model import Job
 
 
 def strip_credentials(url: str) -> str:
@@ -59,7 +60,9 @@ class State:
     @classmethod
     def open(cls, env: Mapping[str, str] | None = None, home: Path | None = None) -> State:
         env = dict(os.environ) if env is None else env
-        layout = Layout(home or state_home(env)).create()
+        layout = Layout(home or state_home(env))
+        for folder in (layout.home, layout.jobs, layout.logs):
+            ensure_private_dir(folder)
         audit = AuditLog(layout.logs)
         registry = Registry(layout.jobs, on_change=audit.record_change)
         return cls(layout=layout, registry=registry, audit=audit, env=env)

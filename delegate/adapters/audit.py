@@ -1,0 +1,153 @@
+"""Per-job audit logs under `logs/<job_id>/`.
+
+  meta.json       immutable facts at registration (never the token)
+  status.json     the latest status, rewritten atomically
+  events.ndjson   append-only: registered, status_changed, published, received, rejected
+
+Each line of events.ndjson is written by one `write` call, so a reader sees whole lines only;
+a reader still skips a line that does not parse rather than failing on the whole log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from delegate.adapters.fsio import append_line, atomic_write, ensure_private_dir
+from delegate.config.logsetup import get_logger
+from delegate.core.model import Job, JobState, validate_job_id
+from delegate.core.timefmt import record_timestamp
+
+log = get_logger(__name__)
+
+META = "meta.json"
+STATUS = "status.json"
+EVENTS = "events.ndjson"
+
+# Kinds of audit lines.
+REGISTERED = "registered"
+STATUS_CHANGED = "status_changed"
+PUBLISHED = "published"
+RECEIVED = "received"
+REJECTED = "rejected"
+
+_META_FIELDS = (
+    "job_id",
+    "created_at",
+    "agent",
+    "command",
+    "workdir",
+    "session",
+    "wall_timeout_s",
+    "idle_timeout_s",
+    "idempotency_key",
+)
+
+
+def _dump(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+
+
+class AuditLog:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def job_dir(self, job_id: str, *, create: bool = False) -> Path:
+        path = self.root / validate_job_id(job_id)
+        if create:
+            ensure_private_dir(path)
+        return path
+
+    # --- writers -------------------------------------------------------------------------
+
+    def append(self, job_id: str, kind: str, **fields: Any) -> dict[str, Any]:
+        entry = {"ts": record_timestamp(), "kind": kind, "job_id": job_id, **fields}
+        append_line(self.job_dir(job_id, create=True) / EVENTS, _dump(entry))
+        return entry
+
+    def write_status(self, job: Job) -> None:
+        status = {
+            "job_id": job.job_id,
+            "status": job.status.value,
+            "updated_at": job.updated_at,
+            "last_seq": job.last_seq,
+            "error": job.error,
+            "agent": job.agent,
+            "session": job.session,
+            # what the agent's channel reported (claude-stream, codex-json), for the report
+            "cost_usd": job.cost_usd,
+            "tokens_in": job.tokens_in,
+            "tokens_out": job.tokens_out,
+        }
+        atomic_write(self.job_dir(job.job_id, create=True) / STATUS, _dump(status) + b"\n")
+
+    def write_meta(self, job: Job) -> None:
+        path = self.job_dir(job.job_id, create=True) / META
+        if path.exists():
+            return  # immutable once written
+        meta = {name: getattr(job, name) for name in _META_FIELDS}
+        meta["bus"] = job.bus.get("url")
+        atomic_write(path, _dump(meta) + b"\n")
+
+    def record_change(self, job: Job, previous: JobState | None) -> None:
+        """The registry's on_change hook: a job was created or changed state."""
+        if previous is None:
+            self.write_meta(job)
+            self.append(job.job_id, REGISTERED, status=job.status.value)
+        else:
+            self.append(
+                job.job_id,
+                STATUS_CHANGED,
+                previous=previous.value,
+                status=job.status.value,
+                error=job.error,
+            )
+        self.write_status(job)
+
+    # --- readers -------------------------------------------------------------------------
+
+    def read_status(self, job_id: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads((self.job_dir(job_id) / STATUS).read_bytes())
+        except (FileNotFoundError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def read_meta(self, job_id: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads((self.job_dir(job_id) / META).read_bytes())
+        except (FileNotFoundError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def events_path(self, job_id: str) -> Path:
+        return self.job_dir(job_id) / EVENTS
+
+    def read_events(self, job_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+        return list(self.iter_events(job_id, kind=kind))
+
+    def iter_events(self, job_id: str, kind: str | None = None) -> Iterator[dict[str, Any]]:
+        try:
+            handle = self.events_path(job_id).open("rb")
+        except FileNotFoundError:
+            return
+        with handle:
+            for number, line in enumerate(handle, 1):
+                entry = parse_line(line)
+                if entry is None:
+                    log.warning("skipping unreadable line %d of %s events", number, job_id)
+                    continue
+                if kind is None or entry.get("kind") == kind:
+                    yield entry
+
+
+def parse_line(line: bytes) -> dict[str, Any] | None:
+    if not line.endswith(b"\n"):
+        return None  # a line still being written, or torn by a crash
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) else None

@@ -1,0 +1,39 @@
+"""The bus: one interface, several transports, chosen by URL.
+
+`open_bus("sqlite:///path/bus.db")` gives the embedded transport; `mqtt://` and `mqtts://` give
+the broker transport (imported only when asked for, since paho is slow to import).
+
+Semantics every transport keeps (and the contract tests check):
+- `publish` returns only after the transport acknowledged the message, or raises BusError.
+- Messages of one job reach a subscriber in publish order; a subscriber that names a
+  `consumer` resumes after the last message it acknowledged (at-least-once).
+- A subscriber of one job that arrives late still learns the job's terminal event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from delegate.adapters.bus.base import Bus, Message, Subscription
+from delegate.core.errors import BusError
+
+__all__ = ["Bus", "Message", "Subscription", "open_bus"]
+
+
+def open_bus(url: str, env: Mapping[str, str] | None = None) -> Bus:
+    """Open the transport named by `url`; raise BusError for an unknown or broken URL."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme == "sqlite":
+        from delegate.adapters.bus.sqlite import SqliteBus
+
+        return SqliteBus.from_url(url)
+    if scheme in ("mqtt", "mqtts"):
+        import importlib
+
+        try:
+            transport = importlib.import_module(".mqtt", __package__)
+        except ImportError as exc:
+            raise BusError(f"the MQTT transport is not available: {exc}") from None
+        bus: Bus = transport.MqttBus.from_url(url, env=env)
+        return bus
+    raise BusError(f"unsupported bus URL {url!r}; use sqlite:///path or mqtt(s)://host:port")

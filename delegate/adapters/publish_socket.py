@@ -1,0 +1,196 @@
+"""`delegate publish` served by the agent wrapper over a private Unix socket.
+
+An agent may publish dozens of times; each fresh `delegate publish` process would import the
+registry, the bus and the protocol again. Inside a pane the wrapper already has them loaded, so
+it listens on a socket (mode 0600, in a 0700 folder) named by `DELEGATE_PUBLISH_SOCKET`, and the
+client only has to start Python, send one JSON request and print the answer. Anything that goes
+wrong on the way (no socket, wrapper gone) makes the client publish by itself as usual.
+
+Request:  {"job": id|null, "event": str, "detail": str, "data": str|null, "request_id": str}
+          (then EOF)
+Response: {"ok": true, "receipt": {...}} or {"ok": false, "message": str, "exit_code": int}
+
+Once a request has been sent, the client never publishes by itself: the event may already be
+out. It asks the wrapper again with the same request id, and the wrapper answers a repeated id
+with the first receipt, so one request is one event whatever gets lost on the way back.
+"""
+
+from __future__ import annotations
+
+import os
+
+from delegate.core import fastjson as json  # the client's hot path: no `re` behind `json`
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the client side must stay light: typing, pathlib, tempfile load lazily
+    import socket
+    from pathlib import Path
+    from typing import Any
+
+SOCKET_ENV = "DELEGATE_PUBLISH_SOCKET"
+MAX_REQUEST = 1024 * 1024
+CONNECTION_TIMEOUT_S = 10.0  # a client that stops talking frees the server after this
+REMEMBERED_ANSWERS = 1024
+ATTEMPTS = 3
+_MAX_PATH = 100  # sun_path holds 108 bytes on Linux
+
+
+def socket_path(job_dir: Path, job_id: str) -> Path | None:
+    """Where the wrapper of `job_id` listens: its log folder, or a private temp folder when that
+    path is too long for a Unix socket. None when no safe place exists."""
+    import tempfile
+    from pathlib import Path
+
+    candidate = job_dir / "publish.sock"
+    if len(os.fsencode(candidate)) < _MAX_PATH:
+        return candidate
+    folder = Path(tempfile.gettempdir()) / f"delegate-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        info = folder.stat()
+    except OSError:
+        return None
+    if info.st_uid != os.getuid() or (info.st_mode & 0o077):
+        return None  # someone else's folder, or readable by others: do not use it
+    candidate = folder / f"{job_id}.sock"
+    return candidate if len(os.fsencode(candidate)) < _MAX_PATH else None
+
+
+class PublishServer:
+    """Serves publish requests for one job from a daemon thread, one at a time."""
+
+    def __init__(self, path: Path, handler: Any, *, owner: tuple[int, int] | None = None) -> None:
+        """`owner` (uid, gid): an agent running as another user; the socket becomes theirs,
+        and only they and this process's user may talk to it (checked per connection)."""
+        import socket
+        import threading
+        from collections import OrderedDict
+
+        self.path = path
+        self.handler = handler  # (request dict) -> response dict
+        self._answers: OrderedDict[str, dict[str, Any]] = OrderedDict()  # request id -> answer
+        self._peers = {os.getuid(), owner[0]} if owner else {os.getuid()}
+        path.unlink(missing_ok=True)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            self._sock.bind(str(path))
+        finally:
+            os.umask(old)
+        if owner is not None:
+            os.chown(path, *owner)
+        self._sock.listen(16)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return  # closed
+            with conn:
+                try:
+                    if self._peer_uid(conn) not in self._peers:
+                        continue  # not the agent's user, nor ours: say nothing
+                    conn.settimeout(CONNECTION_TIMEOUT_S)
+                    conn.sendall(json.dumps(self._answer(conn)).encode())
+                except OSError:
+                    continue  # the client went away, or stopped talking
+
+    @staticmethod
+    def _peer_uid(conn: socket.socket) -> int:
+        import socket
+        import struct
+
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return int(struct.unpack("3i", creds)[1])
+
+    def _answer(self, conn: socket.socket) -> dict[str, Any]:
+        chunks, size = [], 0
+        while chunk := conn.recv(65536):
+            size += len(chunk)
+            if size > MAX_REQUEST:
+                return {"ok": False, "message": "request too large", "exit_code": 64}
+            chunks.append(chunk)
+        try:
+            request = json.loads(b"".join(chunks))
+        except ValueError:
+            return {"ok": False, "message": "malformed request", "exit_code": 64}
+        if not isinstance(request, dict):
+            return {"ok": False, "message": "malformed request", "exit_code": 64}
+        request_id = request.pop("request_id", None)
+        if isinstance(request_id, str) and request_id in self._answers:
+            return self._answers[request_id]  # a retry: the first receipt, not a second event
+        response: dict[str, Any] = self.handler(request)
+        if isinstance(request_id, str) and response.get("ok"):
+            self._answers[request_id] = response
+            while len(self._answers) > REMEMBERED_ANSWERS:
+                self._answers.popitem(last=False)
+        return response
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        finally:
+            self.path.unlink(missing_ok=True)
+
+
+def request(
+    path: str, payload: dict[str, Any], *, timeout_s: float = 120.0, attempts: int = ATTEMPTS
+) -> dict[str, Any] | None:
+    """Send one request; None only when it never left (no wrapper: the caller publishes itself).
+
+    After it was sent, a lost or garbled answer is asked for again with the same request id;
+    if the wrapper cannot be reached any more, the answer says so instead of letting the caller
+    publish a second time.
+    """
+    payload = {**payload, "request_id": payload.get("request_id") or os.urandom(12).hex()}
+    body = json.dumps(payload).encode()
+    sent = False
+    for attempt in range(attempts):
+        answer, reached = _exchange(path, body, timeout_s)
+        if answer is not None:
+            return answer
+        sent = sent or reached
+        if not sent:
+            return None
+        if attempt + 1 < attempts:
+            import time
+
+            time.sleep(0.05 * (attempt + 1))
+    return {
+        "ok": False,
+        "message": "the wrapper took the request but its answer was lost; not publishing again"
+        f" (request {payload['request_id']})",
+        "exit_code": 69,
+    }
+
+
+def _exchange(path: str, body: bytes, timeout_s: float) -> tuple[dict[str, Any] | None, bool]:
+    """(answer, whether the request reached the wrapper). `_socket`, not `socket`: the client
+    is a fresh process on the agent's hot path, and `socket` pulls in enum and selectors."""
+    import _socket
+
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    try:
+        try:
+            sock.connect(path)
+        except OSError:
+            return None, False
+        chunks = []
+        try:
+            sock.sendall(body)
+            sock.shutdown(_socket.SHUT_WR)
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+        except OSError:
+            return None, True
+    finally:
+        sock.close()
+    try:
+        answer = json.loads(b"".join(chunks))
+    except ValueError:
+        return None, True
+    return (answer, True) if isinstance(answer, dict) else (None, True)

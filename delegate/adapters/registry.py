@@ -1,0 +1,522 @@
+"""The job registry: one JSON record per job under `jobs/`, changed only under one lock.
+
+Layout inside the registry folder:
+  <job_id>.json         the record (0600), rewritten atomically
+  .lock                 the registry lock (flock)
+  pending/<job_id>      an empty marker per pending job, so `pick` never scans all history
+  open/<job_id>         an empty marker per open job (queued, pending, running): what the
+                        monitor, the supervisors and `ps` read instead of the whole history
+  finished.log          one job id per line, appended as each job ends: the recent ones for `ps`
+  keys/<sha256>         idempotency key -> job id
+  quarantine/           records that did not parse, moved aside and never rewritten
+
+Every change runs under the lock and calls `on_change(job, previous_status)` before the lock is
+released, so the audit trail (status.json) is written in the same order as the records.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from delegate.adapters.fsio import FileLock, atomic_write, ensure_private_dir, fsync_dir
+from delegate.config.logsetup import get_logger
+from delegate.core.errors import (
+    CorruptRecord,
+    DelegateError,
+    IllegalTransition,
+    JobNotFound,
+    PublishRefused,
+)
+from delegate.core.model import (
+    EVENT_TARGET_STATE,
+    OPEN_JOB_STATES,
+    EventType,
+    Job,
+    JobState,
+    check_transition,
+    is_legal_transition,
+    publish_refusal,
+    validate_job_id,
+)
+from delegate.core.timefmt import parse_timestamp, record_timestamp
+
+log = get_logger(__name__)
+
+OnChange = Callable[[Job, "JobState | None"], None]
+FINISHED_LOG = "finished.log"
+# A non-state event refreshes `last_event_at` only when the stored value is older than this:
+# idle limits are seconds to minutes, and every progress line need not rewrite the record.
+LAST_EVENT_RESOLUTION_S = 1.0
+
+
+class Registry:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        on_change: OnChange | None = None,
+        lock_timeout_s: float = 30.0,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.root = root
+        self.on_change = on_change
+        self._now = now or (lambda: datetime.now(UTC))
+        self._lock = FileLock(root / ".lock", lock_timeout_s)
+        ensure_private_dir(root)
+        self.pending_dir = ensure_private_dir(root / "pending")
+        self.open_dir = root / "open"
+        if not self.open_dir.is_dir():
+            self._build_open_index()
+        self.keys_dir = ensure_private_dir(root / "keys")
+        self.quarantine_dir = root / "quarantine"
+
+    # --- paths and raw records -----------------------------------------------------------
+
+    def path_for(self, job_id: str) -> Path:
+        return self.root / f"{validate_job_id(job_id)}.json"
+
+    def exists(self, job_id: str) -> bool:
+        return self.path_for(job_id).exists()
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        with self._lock:
+            yield
+
+    def _load(self, job_id: str, *, quarantine: bool) -> Job:
+        path = self.path_for(job_id)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise JobNotFound(job_id) from None
+        try:
+            job = Job.from_dict(json.loads(raw))
+            if job.job_id != job_id:
+                raise ValueError(f"record names job {job.job_id}")
+            return job
+        except (ValueError, TypeError) as exc:
+            reason = str(exc) if not isinstance(exc, json.JSONDecodeError) else "not valid JSON"
+            if not quarantine:
+                raise CorruptRecord(job_id, "(not moved)", reason) from None
+            moved = self._quarantine(path, reason)
+            raise CorruptRecord(job_id, str(moved), reason) from None
+
+    def _quarantine(self, path: Path, reason: str) -> Path:
+        """Move a record that does not parse aside; called under the lock."""
+        ensure_private_dir(self.quarantine_dir)
+        stamp = self._now().strftime("%Y%m%dT%H%M%S%fZ")
+        target = self.quarantine_dir / f"{path.name}.{stamp}"
+        os.replace(path, target)
+        fsync_dir(self.root)
+        log.warning("quarantined corrupt job record %s (%s) to %s", path.name, reason, target)
+        return target
+
+    def _save(self, job: Job, previous: JobState | None) -> Job:
+        job = job._replace(updated_at=record_timestamp(self._now()))
+        data = json.dumps(job.to_dict(), indent=2, sort_keys=True).encode("utf-8") + b"\n"
+        atomic_write(self.path_for(job.job_id), data)
+        if self.on_change is not None and previous != job.status:
+            self.on_change(job, previous)
+        return job
+
+    @staticmethod
+    def _set_marker(folder: Path, job_id: str, present: bool) -> None:
+        marker = folder / job_id
+        if present:
+            marker.touch(mode=0o600)
+        else:
+            marker.unlink(missing_ok=True)
+        fsync_dir(folder)
+
+    def _set_pending_marker(self, job_id: str, present: bool) -> None:
+        self._set_marker(self.pending_dir, job_id, present)
+
+    def _set_open_marker(self, job_id: str, present: bool) -> None:
+        self._set_marker(self.open_dir, job_id, present)
+
+    def _build_open_index(self) -> None:
+        """Create `open/` from the records once (a state dir from before the index existed)."""
+        with self.locked():
+            if self.open_dir.is_dir():
+                return
+            staging = ensure_private_dir(self.root / ".open.new")
+            for path in self.root.glob("*.json"):
+                try:
+                    job = self._load(path.stem, quarantine=False)
+                except DelegateError:
+                    continue
+                if job.status in OPEN_JOB_STATES:
+                    (staging / job.job_id).touch(mode=0o600)
+            os.replace(staging, self.open_dir)
+            fsync_dir(self.root)
+
+    def _get_locked(self, job_id: str) -> Job:
+        return self._load(job_id, quarantine=True)
+
+    # --- queries -------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job:
+        """The current record. Records are replaced atomically, so reading needs no lock;
+        a record that does not parse is re-read under the lock and then quarantined."""
+        try:
+            return self._load(job_id, quarantine=False)
+        except CorruptRecord:
+            with self.locked():
+                return self._get_locked(job_id)
+
+    def list(self, status: JobState | None = None) -> list[Job]:
+        """All parseable jobs, oldest first; corrupt records are quarantined and skipped."""
+        jobs = []
+        for path in self.root.glob("*.json"):
+            job_id = path.stem
+            try:
+                job = self.get(job_id)
+            except DelegateError:
+                continue  # not a job id, gone meanwhile, or quarantined and logged by get()
+            if status is None or job.status is status:
+                jobs.append(job)
+        jobs.sort(key=lambda j: (j.created_at, j.job_id))
+        return jobs
+
+    def open_jobs(self) -> builtins.list[Job]:
+        """Queued, pending and running jobs, oldest first, from the open index only.
+
+        A marker left by a crash (its record already ended, or gone) is dropped here.
+        """
+        jobs = []
+        for marker in self.open_dir.iterdir():
+            try:
+                job = self.get(marker.name)
+            except JobNotFound:
+                marker.unlink(missing_ok=True)
+                continue
+            except DelegateError:
+                continue  # not a job id, or quarantined and logged by get()
+            if job.status in OPEN_JOB_STATES:
+                jobs.append(job)
+            else:
+                marker.unlink(missing_ok=True)
+        jobs.sort(key=lambda j: (j.created_at, j.job_id))
+        return jobs
+
+    def _open_locked(self) -> builtins.list[Job]:
+        jobs = []
+        for marker in self.open_dir.iterdir():
+            try:
+                job = self._get_locked(marker.name)
+            except DelegateError:
+                continue
+            if job.status in OPEN_JOB_STATES:
+                jobs.append(job)
+        return jobs
+
+    def recent_finished(self, limit: int) -> builtins.list[Job]:
+        """The `limit` jobs that ended last, newest first, from the tail of finished.log."""
+        if limit <= 0:
+            return []
+        path = self.root / FINISHED_LOG
+        want = limit * 9 + 9
+        try:
+            with path.open("rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                size = handle.tell()
+                handle.seek(max(0, size - want * 2))
+                tail = handle.read().split(b"\n")
+        except FileNotFoundError:
+            return []
+        seen: set[str] = set()
+        jobs: builtins.list[Job] = []
+        for raw in reversed(tail):
+            job_id = raw.decode("ascii", "replace").strip()
+            if job_id in seen:
+                continue
+            seen.add(job_id)
+            try:
+                jobs.append(self.get(job_id))
+            except DelegateError:
+                continue
+            if len(jobs) >= limit:
+                break
+        return jobs
+
+    def quarantined(self) -> builtins.list[Path]:
+        if not self.quarantine_dir.is_dir():
+            return []
+        return sorted(self.quarantine_dir.iterdir())
+
+    def stale_temp_files(self) -> builtins.list[Path]:
+        return sorted(self.root.glob(".*.tmp"))
+
+    # --- changes -------------------------------------------------------------------------
+
+    def register(
+        self,
+        *,
+        agent: str | None = None,
+        command: str | None = None,
+        workdir: str | None = None,
+        session: str | None = None,
+        wall_timeout_s: float | None = None,
+        idle_timeout_s: float | None = None,
+        bus: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        launch: dict[str, Any] | None = None,
+        job_id: str | None = None,
+        token_for: Callable[[str], str] | None = None,
+        host: str | None = None,
+        launcher: dict[str, Any] | None = None,
+    ) -> tuple[Job, bool]:
+        """Create a pending job; return (job, created). `launcher`: the process that will
+        start it (a remote job is claimed from birth: it is admitted by no one else).
+
+        With an idempotency key already used, return that job and created=False. The key file
+        is written before the record, so a crash in between is completed by the next call with
+        the same key instead of creating a second job.
+        """
+        import secrets  # ~10 ms to import; only registering needs it
+
+        given = job_id  # an agent host registers the id its delegator chose
+        if given is not None:
+            validate_job_id(given)
+        with self.locked():
+            key_path = None
+            job_id = None
+            if idempotency_key is not None:
+                digest = hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()
+                key_path = self.keys_dir / digest
+                try:
+                    job_id = validate_job_id(key_path.read_text().strip())
+                    return self._get_locked(job_id), False
+                except FileNotFoundError:
+                    job_id = None
+                except JobNotFound:
+                    pass  # key written, record not: finish what a crashed call started
+            if job_id is None and given is not None:
+                if self.path_for(given).exists():
+                    return self._get_locked(given), False
+                job_id = given
+            while job_id is None:
+                candidate = secrets.token_hex(4)
+                if not self.path_for(candidate).exists():
+                    job_id = candidate
+            if key_path is not None and not key_path.exists():
+                atomic_write(key_path, job_id.encode("ascii"))
+            stamp = record_timestamp(self._now())
+            job = Job(
+                job_id=job_id,
+                status=JobState.PENDING,
+                created_at=stamp,
+                updated_at=stamp,
+                # a remote job's token is derived from its host's key on both sides
+                auth_token=token_for(job_id) if token_for else secrets.token_urlsafe(32),
+                agent=agent,
+                command=command,
+                workdir=workdir,
+                session=session,
+                wall_timeout_s=wall_timeout_s,
+                idle_timeout_s=idle_timeout_s,
+                bus=dict(bus or {}),
+                idempotency_key=idempotency_key,
+                launch=dict(launch or {}),
+                host=host,
+                launcher=launcher,
+            )
+            self._set_open_marker(job_id, True)
+            self._set_pending_marker(job_id, True)
+            return self._save(job, None), True
+
+    def find_by_key(self, idempotency_key: str) -> Job | None:
+        """The job an idempotency key names, or None when the key is unused."""
+        digest = hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()
+        try:
+            return self.get(validate_job_id((self.keys_dir / digest).read_text().strip()))
+        except (FileNotFoundError, JobNotFound):
+            return None
+
+    def transition(self, job_id: str, target: JobState, *, reason: str | None = None) -> Job:
+        """Move a job to `target`; raise IllegalTransition when the table forbids it."""
+        with self.locked():
+            job = self._get_locked(job_id)
+            check_transition(job_id, job.status, target)
+            return self._move(job, target, reason)
+
+    def _move(self, job: Job, target: JobState, reason: str | None) -> Job:
+        """Change state under the lock, keeping the indexes true: a marker is added before the
+        record says so and removed after, so a crash leaves at worst a stale marker, which the
+        readers of the index drop."""
+        previous = job.status
+        job = job._replace(status=target)
+        if target is JobState.ERROR:
+            job = job._replace(error=reason or "error")
+        elif target is JobState.CANCELLED and reason:
+            job = job._replace(error=reason)  # why it was cancelled (a session stop's mode)
+        if target is JobState.RUNNING and job.started_at is None:
+            job = job._replace(started_at=record_timestamp(self._now()))
+        if target is JobState.PENDING:
+            self._set_pending_marker(job.job_id, True)
+        job = self._save(job, previous)
+        if previous is JobState.PENDING and target is not JobState.PENDING:
+            self._set_pending_marker(job.job_id, False)
+        if target.terminal:
+            self._set_open_marker(job.job_id, False)
+            fd = os.open(self.root / FINISHED_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, f"{job.job_id}\n".encode("ascii"))
+            finally:
+                os.close(fd)
+        return job
+
+    def finish_if_open(self, job_id: str, target: JobState, *, reason: str) -> tuple[Job, bool]:
+        """Move a job that has not ended yet to `target`; leave an ended job as it is.
+
+        For the subscriber and the monitor, which may race with the publisher: whoever is
+        first decides, and the others see (job, False).
+        """
+        with self.locked():
+            job = self._get_locked(job_id)
+            if job.status.terminal:
+                return job, False
+            check_transition(job_id, job.status, target)
+            return self._move(job, target, reason), True
+
+    def apply_event(self, job_id: str, event: EventType, *, detail: str = "") -> tuple[Job, bool]:
+        """Apply the state change an accepted event implies; return (job, changed).
+
+        Idempotent: applying the same event twice, or an event after the job ended, changes
+        nothing. A `completed` seen while the job is still pending (its `started` was lost)
+        passes through running, so both moves are legal and recorded.
+        """
+        target = EVENT_TARGET_STATE.get(event)
+        if target is None:  # progress, permission_required: only the idle clock moves
+            job = self.get(job_id)
+            if job.status.terminal or not self._stale_last_event(job):
+                return job, False
+            with self.locked():
+                job = self._get_locked(job_id)
+                if job.status.terminal:
+                    return job, False
+                stamp = record_timestamp(self._now())
+                return self._save(job._replace(last_event_at=stamp), job.status), False
+        with self.locked():
+            job = self._get_locked(job_id)
+            if job.status is target or job.status.terminal:
+                return job, False
+            job = job._replace(last_event_at=record_timestamp(self._now()))
+            if job.status is JobState.QUEUED:
+                job = self._move(job, JobState.PENDING, None)
+            if not is_legal_transition(job.status, target):
+                job = self._move(job, JobState.RUNNING, None)
+            reason = None
+            if target is JobState.ERROR:
+                reason = f"agent_error: {detail}" if detail else "agent_error"
+            return self._move(job, target, reason), True
+
+    def _stale_last_event(self, job: Job) -> bool:
+        if job.last_event_at is None:
+            return True
+        age = (self._now() - parse_timestamp(job.last_event_at)).total_seconds()
+        return age >= LAST_EVENT_RESOLUTION_S
+
+    def next_seq(self, job_id: str, event: EventType) -> tuple[Job, int]:
+        """Allocate the next seq for `event` and store it as `last_seq`.
+
+        Refuses (PublishRefused) when the job may not take this event, decided under the lock
+        so a concurrent terminal event cannot slip in between the check and the allocation.
+        """
+        with self.locked():
+            job = self._get_locked(job_id)
+            refusal = publish_refusal(job, event)
+            if refusal:
+                raise PublishRefused(job_id, refusal)
+            stamp = record_timestamp(self._now())
+            job = self._save(
+                job._replace(last_seq=job.last_seq + 1, last_event_at=stamp), job.status
+            )
+            return job, job.last_seq
+
+    def pick(self, agent_session: str) -> Job | None:
+        """Claim the oldest pending job for `agent_session`, or return None."""
+        with self.locked():
+            candidates = []
+            for marker in self.pending_dir.iterdir():
+                try:
+                    job = self._get_locked(marker.name)
+                except (JobNotFound, CorruptRecord, ValueError):
+                    marker.unlink(missing_ok=True)
+                    continue
+                if job.status is JobState.PENDING and not job.launch:
+                    candidates.append(job)  # a job with a launch spec is tmux's, not a picker's
+                else:
+                    marker.unlink(missing_ok=True)  # left by a crash after the record moved on
+            if not candidates:
+                return None
+            job = min(candidates, key=lambda j: (j.created_at, j.job_id))
+            return self._move(job._replace(picked_by=agent_session), JobState.RUNNING, None)
+
+    def update(self, job_id: str, **changes: Any) -> Job:
+        """Set plain fields (session name, bus overrides); never the status or the token."""
+        forbidden = {"status", "auth_token", "job_id", "last_seq", "created_at"} & changes.keys()
+        if forbidden:
+            raise ValueError(f"cannot update {', '.join(sorted(forbidden))} directly")
+        with self.locked():
+            job = self._get_locked(job_id)
+            unknown = changes.keys() - set(Job._fields)
+            if unknown:
+                raise ValueError(f"job records have no field {', '.join(sorted(unknown))}")
+            return self._save(job._replace(**changes), job.status)
+
+    def admit(
+        self,
+        job_id: str,
+        launch: dict[str, Any],
+        may_start: Callable[[Job, builtins.list[Job]], bool],
+        launcher: dict[str, Any] | None = None,
+    ) -> Job:
+        """Give a pending job its launch spec and decide, under the lock, whether it may start
+        now (it stays pending, claimed by `launcher`) or waits for a slot (queued).
+
+        `may_start(job, open_jobs)` is the cap policy; deciding under the lock is what keeps two
+        submits from both taking the last slot.
+        """
+        with self.locked():
+            job = self._get_locked(job_id)
+            if job.status is not JobState.PENDING:
+                raise IllegalTransition(job_id, job.status.value, JobState.QUEUED.value)
+            job = job._replace(launch=dict(launch), launcher=launcher)
+            others = [j for j in self._open_locked() if j.job_id != job_id]
+            if may_start(job, others):
+                return self._save(job, job.status)
+            return self._move(job._replace(launcher=None), JobState.QUEUED, None)
+
+    def claim_launch(
+        self,
+        job_id: str,
+        launcher: dict[str, Any],
+        *,
+        expected_launcher: dict[str, Any] | None,
+        may_start: Callable[[Job, builtins.list[Job]], bool],
+    ) -> Job | None:
+        """Claim the launch of a queued job (when a slot is free) or of a pending job whose
+        launcher is still `expected_launcher` (it died); return the job, or None when someone
+        else claimed it first or no slot is free. Two monitors never launch the same job."""
+        with self.locked():
+            job = self._get_locked(job_id)
+            if job.status is JobState.QUEUED:
+                others = [j for j in self._open_locked() if j.job_id != job_id]
+                if not may_start(job, others):
+                    return None
+                return self._move(job._replace(launcher=launcher), JobState.PENDING, None)
+            if job.status is JobState.PENDING and job.launcher == expected_launcher:
+                return self._save(job._replace(launcher=launcher), job.status)
+            return None
+
+    def cancel(self, job_id: str, *, reason: str | None = None) -> Job:
+        return self.transition(job_id, JobState.CANCELLED, reason=reason)

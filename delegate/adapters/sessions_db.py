@@ -1,0 +1,278 @@
+"""The session inventory: `sessions.db` (SQLite, WAL).
+
+A session is a tmux session the toolkit started. It may host several jobs one after the other;
+`job_id` is the one it hosts now. Every change of state is also a row in `session_history`, so
+"what was this session doing at 03:12" has an answer.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import NamedTuple
+
+from delegate.adapters.fsio import PRIVATE_FILE
+from delegate.adapters.sqlite_schema import ensure_schema, statements
+from delegate.core.errors import DelegateError
+from delegate.core.model import SESSION_TRANSITIONS, Session, SessionState
+from delegate.core.timefmt import record_timestamp
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    name TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    job_id TEXT,
+    agent TEXT,
+    workdir TEXT,
+    pane_pid INTEGER,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    socket TEXT
+);
+CREATE TABLE IF NOT EXISTS session_history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    job_id TEXT,
+    previous TEXT,
+    state TEXT NOT NULL,
+    reason TEXT,
+    at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS session_history_by_name ON session_history (name, id);
+CREATE INDEX IF NOT EXISTS session_history_by_job ON session_history (job_id, id);
+CREATE INDEX IF NOT EXISTS sessions_by_state ON sessions (state);
+"""
+# Version 2 added `socket` (the tmux server the session lives on) and the indexes by state/job.
+SCHEMA_VERSION = 2
+_COLUMNS = "name, state, job_id, agent, workdir, pane_pid, created_at, updated_at, socket"
+# Rows a monitor pass looks at: the session may still exist in tmux, or is kept on purpose.
+LIVE_STATES = ("running", "stopped", "archived")
+
+
+class SessionError(DelegateError):
+    exit_code = 67
+
+
+class HistoryEntry(NamedTuple):
+    name: str
+    job_id: str | None
+    previous: str | None
+    state: str
+    reason: str | None
+    at: str
+
+
+def _migrate(conn: sqlite3.Connection, found: int) -> None:
+    if found == 1:
+        conn.execute("ALTER TABLE sessions ADD COLUMN socket TEXT")
+    statements(_SCHEMA)(conn, found)
+
+
+class SessionInventory:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        if not path.exists():
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE))
+        try:
+            with self._connect() as conn:
+                ensure_schema(conn, SCHEMA_VERSION, _migrate, timeout_s=10)
+        except sqlite3.Error as exc:
+            raise SessionError(f"cannot open the session inventory {path}: {exc}") from None
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        conn = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+        try:
+            conn.execute("PRAGMA busy_timeout = 10000")
+            yield conn
+        finally:
+            conn.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @staticmethod
+    def _row(row: tuple[object, ...]) -> Session:
+        name, state, job_id, agent, workdir, pane_pid, created, updated, socket = row
+        return Session(
+            str(name),
+            SessionState(str(state)),
+            None if job_id is None else str(job_id),
+            None if agent is None else str(agent),
+            None if workdir is None else str(workdir),
+            None if pane_pid is None else int(str(pane_pid)),
+            str(created),
+            str(updated),
+            None if socket is None else str(socket),
+        )
+
+    def record_start(
+        self,
+        name: str,
+        *,
+        job_id: str,
+        agent: str | None,
+        workdir: str | None,
+        pane_pid: int | None,
+        socket: str | None = None,
+        reason: str = "started",
+    ) -> Session:
+        """A session starts running a job (a new session, or one that hosted jobs before).
+
+        Raises SessionError while the session runs another job; the same job may be recorded
+        again (a launch that a crash interrupted is retried).
+        """
+        now = record_timestamp()
+        with self._write() as conn:
+            old = conn.execute(
+                "SELECT state, job_id FROM sessions WHERE name = ?", (name,)
+            ).fetchone()
+            if old is not None and old[0] == SessionState.RUNNING.value and old[1] != job_id:
+                raise SessionError(f"session {name} is already running job {old[1]}")
+            conn.execute(
+                "INSERT INTO sessions (name, state, job_id, agent, workdir, pane_pid, created_at,"
+                " updated_at, socket) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO"
+                " UPDATE SET state = excluded.state, job_id = excluded.job_id,"
+                " agent = excluded.agent, workdir = excluded.workdir,"
+                " pane_pid = excluded.pane_pid, updated_at = excluded.updated_at,"
+                " socket = excluded.socket",
+                (
+                    name,
+                    SessionState.RUNNING.value,
+                    job_id,
+                    agent,
+                    workdir,
+                    pane_pid,
+                    now,
+                    now,
+                    socket,
+                ),
+            )
+            conn.execute(
+                "INSERT INTO session_history (name, job_id, previous, state, reason, at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (name, job_id, old[0] if old else None, SessionState.RUNNING.value, reason, now),
+            )
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM sessions WHERE name = ?",
+                (name,),
+            ).fetchone()
+        return self._row(row)
+
+    def set_pane_pid(self, name: str, pane_pid: int) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE sessions SET pane_pid = ?, updated_at = ? WHERE name = ?",
+                (pane_pid, record_timestamp(), name),
+            )
+
+    def set_state(
+        self,
+        name: str,
+        state: SessionState,
+        *,
+        reason: str,
+        job_id: str | None = None,
+        strict: bool = False,
+    ) -> tuple[Session, bool]:
+        """Move a session to `state`; return (session, changed). Idempotent for the same state;
+        a move the table (model.SESSION_TRANSITIONS) does not allow changes nothing, or raises
+        SessionError with `strict`; so does a move meant for `job_id` once the session hosts
+        another job. The move is decided inside
+        one transaction, so of two callers exactly one sees changed=True."""
+        now = record_timestamp()
+        with self._write() as conn:
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM sessions WHERE name = ?",
+                (name,),
+            ).fetchone()
+            if row is None:
+                raise SessionError(f"no session {name} in the inventory")
+            current = self._row(row)
+            if job_id is not None and current.job_id != job_id:
+                return current, False
+            if current.state is state:
+                return current, False
+            if state not in SESSION_TRANSITIONS[current.state]:
+                if strict:  # a person asked for it: say why it cannot be
+                    raise SessionError(
+                        f"session {name} is {current.state.value}; it cannot become {state.value}"
+                    )
+                return current, False  # a reconcile pass saw an older state: nothing to do
+            conn.execute(
+                "UPDATE sessions SET state = ?, updated_at = ? WHERE name = ?",
+                (state.value, now, name),
+            )
+            conn.execute(
+                "INSERT INTO session_history (name, job_id, previous, state, reason, at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (name, current.job_id, current.state.value, state.value, reason, now),
+            )
+        return current._replace(state=state, updated_at=now), True
+
+    def get(self, name: str) -> Session | None:
+        with self._connect() as conn:
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM sessions WHERE name = ?",
+                (name,),
+            ).fetchone()
+        return None if row is None else self._row(row)
+
+    def for_job(self, job_id: str) -> Session | None:
+        prefixed = ", ".join(f"s.{c.strip()}" for c in _COLUMNS.split(","))
+        with self._connect() as conn:
+            row = conn.execute(
+                f"SELECT {prefixed} FROM sessions s JOIN session_history h ON h.name = s.name"
+                " WHERE h.job_id = ? ORDER BY h.id DESC LIMIT 1",
+                (job_id,),
+            ).fetchone()
+        return None if row is None else self._row(row)
+
+    def list(self) -> list[Session]:
+        with self._connect() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM sessions ORDER BY created_at, name"
+            ).fetchall()
+        return [self._row(r) for r in rows]
+
+    def _where(
+        self, clause: str, params: tuple[object, ...] | builtins.list[str]
+    ) -> builtins.list[Session]:
+        with self._connect() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM sessions WHERE {clause}", params
+            ).fetchall()
+        return [self._row(r) for r in rows]
+
+    def live(self) -> builtins.list[Session]:
+        """Rows whose tmux session may still exist (running, stopped) or is kept (archived):
+        what a reconcile pass needs, without the closed history."""
+        marks = ", ".join("?" for _ in LIVE_STATES)
+        return sorted(self._where(f"state IN ({marks})", LIVE_STATES), key=lambda s: s.name)
+
+    def by_names(self, names: builtins.list[str]) -> dict[str, Session]:
+        if not names:
+            return {}
+        marks = ", ".join("?" for _ in names)
+        return {s.name: s for s in self._where(f"name IN ({marks})", names)}
+
+    def history(self, name: str | None = None) -> builtins.list[HistoryEntry]:
+        query = "SELECT name, job_id, previous, state, reason, at FROM session_history"
+        with self._connect() as conn:
+            if name is None:
+                rows = conn.execute(query + " ORDER BY id").fetchall()
+            else:
+                rows = conn.execute(query + " WHERE name = ? ORDER BY id", (name,)).fetchall()
+        return [HistoryEntry(*r) for r in rows]

@@ -1,0 +1,160 @@
+"""The one table helper of the command line: a header, every column kept, fitted to the width.
+
+Every listing command prints through `print_listing`, which applies the output rule (a table
+at a terminal; JSON lines with --json or when piped; an empty listing is one note on stderr)
+and draws tables with `print_table`. At a terminal the table fits the window
+(at least as it is wide, 80 columns when the width is unknown): when it would be wider, the
+widest free-text cells are shortened with an ellipsis, never a column dropped, and identifiers,
+states and times keep their full width. An empty listing prints nothing on stdout and one note
+on stderr. Rendering is rich's (imported only when a table is printed).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from typing import IO, Any, NamedTuple, TypeVar
+
+T = TypeVar("T")
+
+MIN_FREE_WIDTH = 8  # a free-text cell is cut no shorter than this (nor than its header)...
+LAST_RESORT_WIDTH = 4  # ...unless the fixed columns leave no room: then down to this
+GAP = 2  # spaces between columns
+
+
+class Column(NamedTuple):
+    """A column: its header, and whether its cells are free text that may be shortened."""
+
+    header: str
+    free: bool = False
+    align: str = "left"
+
+
+def terminal_width(stream: IO[str] | None = None) -> int:
+    """The width of the terminal `stream` writes to: $COLUMNS, the window's, else 80 (also
+    for a terminal that reports no size, as a fresh pseudo-terminal does)."""
+    given = os.environ.get("COLUMNS", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    stream = stream or sys.stdout
+    try:
+        columns = os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        columns = shutil.get_terminal_size((80, 24)).columns
+    return columns if columns > 0 else 80
+
+
+def fit_widths(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int]:
+    """Each column's width so the table fits `width`: natural widths, then the widest free
+    column shortened down to the next widest, and so on, so long free cells share the room
+    left (never below MIN_FREE_WIDTH or the header). When the fixed columns leave too little
+    even then, free columns go on shrinking down to LAST_RESORT_WIDTH (their header cut too)
+    before a line may run wider than `width`. Fixed columns (ids, states, times) never shrink."""
+    widths = [
+        max([len(col.header), *(len(row[i]) for row in rows)]) for i, col in enumerate(columns)
+    ]
+
+    def total() -> int:
+        return sum(widths) + GAP * (len(widths) - 1)
+
+    for last_resort in (False, True):
+        floors = [
+            LAST_RESORT_WIDTH if last_resort else max(MIN_FREE_WIDTH, len(col.header))
+            for col in columns
+        ]
+        while total() > width:
+            shrinkable = [i for i, col in enumerate(columns) if col.free and widths[i] > floors[i]]
+            if not shrinkable:
+                break
+            # the widest first, down to the next widest, so long cells share what is left
+            widest = max(shrinkable, key=lambda i: widths[i])
+            others = [widths[i] for i in shrinkable if i != widest]
+            level = max([floors[widest], *others])
+            step = max(1, min(total() - width, widths[widest] - level))
+            widths[widest] = max(floors[widest], widths[widest] - step)
+    return widths
+
+
+def print_table(
+    columns: Sequence[Column | str],
+    rows: Sequence[Sequence[str]],
+    *,
+    empty: str,
+    title: str | None = None,
+    width: int | None = None,
+    file: IO[str] | None = None,
+    fit: bool = True,
+) -> None:
+    """Print `rows` under `columns` fitted to `width` (default: the terminal's); when there
+    are no rows, print `empty` on stderr instead (as `delegate: no open jobs`). With
+    `fit=False` (`ps --wide`) nothing is shortened, whatever the width."""
+    from delegate.core.errors import say
+
+    if not rows:
+        say(empty)
+        return
+    cols = [Column(c) if isinstance(c, str) else c for c in columns]
+    cells = [[str(cell) for cell in row] for row in rows]
+    out = file or sys.stdout
+    width = width or terminal_width(out)
+    widths = fit_widths(cols, cells, width if fit else sys.maxsize)
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title, box=None, header_style="bold", pad_edge=False, padding=(0, 1))
+    for col, w in zip(cols, widths, strict=True):
+        table.add_column(
+            col.header,
+            width=w,
+            no_wrap=True,
+            overflow="ellipsis",
+            justify=col.align,  # type: ignore[arg-type]
+        )
+    for row in cells:
+        table.add_row(*(Text(cell) for cell in row))  # cells are data, never rich markup
+    needed = sum(widths) + GAP * (len(widths) - 1)
+    Console(file=out, width=max(width, needed), soft_wrap=False).print(table)
+
+
+def wants_json(as_json: bool, stream: IO[str] | None = None) -> bool:
+    """The output rule of every command: JSON with --json, or when stdout is not a terminal."""
+    return as_json or not (stream or sys.stdout).isatty()
+
+
+def print_json(obj: Any, file: IO[str] | None = None) -> None:
+    """One JSON line (keys sorted), flushed: what every command prints for a machine."""
+    import json
+
+    out = file or sys.stdout
+    out.write(json.dumps(obj, ensure_ascii=False, sort_keys=True) + "\n")
+    out.flush()
+
+
+def print_listing(
+    items: Sequence[T],
+    columns: Sequence[Column | str],
+    make_row: Callable[[T], Sequence[str]],
+    *,
+    as_json: bool,
+    empty: str,
+    to_json: Callable[[T], Any] | None = None,
+    title: str | None = None,
+    fit: bool = True,
+) -> None:
+    """What every listing command prints, by the output rule: a table of `make_row(item)` at
+    a terminal; with --json or piped, one JSON line per item (`to_json(item)`, else the item
+    itself); nothing at all on stdout and `delegate: EMPTY` on stderr when there are none."""
+    if not items:
+        from delegate.core.errors import say
+
+        say(empty)
+        return
+    if wants_json(as_json):
+        for item in items:
+            print_json(item if to_json is None else to_json(item))
+        return
+    print_table(columns, [make_row(item) for item in items], empty=empty, title=title, fit=fit)

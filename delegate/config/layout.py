@@ -1,0 +1,71 @@
+"""Where state lives and which bus to use, resolved in one place.
+
+Precedence: explicit argument > `DELEGATE_*` environment > default. The environment is passed in
+(`env=`) rather than read from globals, so tests and services can give their own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from delegate.core.errors import ConfigError
+
+HOME_ENV = "DELEGATE_HOME"
+BUS_ENV = "DELEGATE_BUS"
+JOB_ENV = "DELEGATE_JOB_ID"
+
+
+def state_home(env: Mapping[str, str] | None = None) -> Path:
+    """`$DELEGATE_HOME`, else the platform's user state dir for `delegate`."""
+    env = os.environ if env is None else env
+    explicit = env.get(HOME_ENV)
+    if explicit:
+        return Path(explicit).expanduser().absolute()
+    # platformdirs costs ~15 ms to import; only pay it when no home was given.
+    from platformdirs import user_state_dir
+
+    return Path(user_state_dir("delegate")).absolute()
+
+
+class Layout:
+    """The state directory layout of DESIGN section 3."""
+
+    __slots__ = ("home",)
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+
+    @property
+    def jobs(self) -> Path:
+        return self.home / "jobs"
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def bus_db(self) -> Path:
+        return self.home / "bus.db"
+
+    @property
+    def sessions_db(self) -> Path:
+        return self.home / "sessions.db"
+
+    @property
+    def coord_db(self) -> Path:
+        return self.home / "coord.db"
+
+    def default_bus_url(self) -> str:
+        return f"sqlite://{self.bus_db}"
+
+
+def bus_url(
+    layout: Layout, env: Mapping[str, str] | None = None, explicit: str | None = None
+) -> str:
+    env = os.environ if env is None else env
+    url = explicit or env.get(BUS_ENV) or layout.default_bus_url()
+    if "://" not in url:
+        raise ConfigError(f"bus URL {url!r} has no scheme; use sqlite:///path or mqtt://host:port")
+    return url

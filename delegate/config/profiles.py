@@ -1,0 +1,320 @@
+"""Agent profiles: how to start an agent, how it gets its prompt, what a clean exit means.
+
+Built in: `shell` (the prompt is a bash script), `claude`, `codex`. More come from the
+`[profiles.NAME]` tables of `delegate.toml`:
+
+    [profiles.aider]
+    command = ["aider", "--yes", "--message-file", "{prompt_file}"]
+    prompt = "file"            # or "stdin"
+    clean_exit = "completed"   # or "error": what exit status 0 without a report means
+    preamble = true            # prepend the reporting instructions (skills/delegate-job)
+    max_running = 2            # at most this many jobs of this profile run at once
+    env = { AIDER_MODEL = "sonnet" }   # set in the agent's environment
+    pass_env = ["ANTHROPIC_API_KEY"]   # copied from the submitter's environment when set
+    path = ["/opt/aider/bin", "/usr/bin", "/bin"]   # the agent's PATH (default: the submitter's)
+    mqtt_credentials = "~/.config/delegate/agent-mqtt.toml"   # the agent's own broker login
+    run_as = "agent"           # start the agent as this OS user (needs root)
+    stop = { signal = "SIGINT" }   # how `session stop --mode graceful` asks the agent first:
+                                   # or { keys = ["C-c"] }, or { command = "/exit" } (typed)
+
+A table holding only `max_running` caps a built-in profile (`[profiles.claude]`). A top-level
+`max_running = N` caps all jobs, and `[notify]` names a notifier:
+
+    [notify]
+    command = ["notify-send", "delegate"]                  # argv; the event JSON on stdin
+    events = ["permission_required", "completed", "error"] # the default
+
+Placeholders `{prompt_file}`, `{workdir}` and `{job_id}` are replaced inside argument-vector
+elements; nothing is ever run through a shell except a `--cmd` the user wrote as shell text.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from delegate.core.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from delegate.core.policy import Caps
+
+CONFIG_ENV = "DELEGATE_CONFIG"
+PROMPT_MODES = ("stdin", "file")
+CLEAN_EXIT = ("completed", "error")
+NOTIFY_EVENTS_DEFAULT = ("permission_required", "completed", "error")
+
+
+class Profile(NamedTuple):
+    name: str
+    command: tuple[str, ...]
+    prompt: str = "stdin"
+    clean_exit: str = "completed"
+    preamble: bool = False
+    env: tuple[tuple[str, str], ...] = ()
+    pass_env: tuple[str, ...] = ()
+    path: tuple[str, ...] | None = None
+    mqtt_credentials: str | None = None
+    run_as: str | None = None  # the OS user the agent runs as (the wrapper needs root for it)
+    channel: str = "none"  # claude-stream, codex-json: the agent's own structured output
+    resume: tuple[str, ...] | None = None  # the command that continues {conversation_id}
+    shell_text: bool = False  # a `--cmd`: its first word is resolved only when it is a command
+
+    def argv(
+        self,
+        *,
+        prompt_file: Path,
+        workdir: Path,
+        job_id: str,
+        settings_file: Path | None = None,
+        conversation_id: str | None = None,
+    ) -> list[str]:
+        """The command with its placeholders filled; with `conversation_id`, the `resume`
+        command instead (the caller checks there is one)."""
+        values = {
+            "prompt_file": str(prompt_file),
+            "workdir": str(workdir),
+            "job_id": job_id,
+            "settings_file": str(settings_file or ""),
+            "conversation_id": conversation_id or "",
+        }
+        command = self.resume if conversation_id and self.resume else self.command
+        out = []
+        for part in command:
+            for key, value in values.items():
+                part = part.replace("{" + key + "}", value)
+            out.append(part)
+        return out
+
+
+_CLAUDE_STREAM = ("--output-format", "stream-json", "--verbose", "--settings", "{settings_file}")
+BUILTIN: dict[str, Profile] = {
+    "shell": Profile("shell", ("bash", "{prompt_file}"), prompt="file"),
+    "claude": Profile(
+        "claude",
+        ("claude", "-p", *_CLAUDE_STREAM),
+        prompt="stdin",
+        preamble=True,
+        channel="claude-stream",
+        resume=("claude", "-p", "--resume", "{conversation_id}", *_CLAUDE_STREAM),
+    ),
+    "codex": Profile(
+        "codex",
+        ("codex", "exec", "--json", "-"),
+        prompt="stdin",
+        preamble=True,
+        channel="codex-json",
+        resume=("codex", "exec", "--json", "resume", "{conversation_id}", "-"),
+    ),
+}
+
+
+def one_off(cmd: str) -> Profile:
+    """`--cmd`: the user's own shell text; the prompt arrives on its stdin."""
+    if not cmd.strip():
+        raise UsageError("--cmd is empty")
+    return Profile("cmd", ("/bin/sh", "-c", cmd), prompt="stdin", shell_text=True)
+
+
+def config_path(home: Path, env: Mapping[str, str] | None = None) -> Path:
+    """`$DELEGATE_CONFIG`, else `$DELEGATE_HOME/delegate.toml`.
+
+    A missing file at the default place is an empty configuration; a file named by
+    DELEGATE_CONFIG must be there and readable (a typo there would otherwise silently drop
+    every profile, cap and notifier): ConfigError (exit 64) when it is not.
+    """
+    env = os.environ if env is None else env
+    explicit = env.get(CONFIG_ENV)
+    if not explicit:
+        return home / "delegate.toml"
+    path = Path(explicit).expanduser()
+    try:
+        with path.open("rb"):
+            pass
+    except FileNotFoundError:
+        raise ConfigError(f"{CONFIG_ENV} names {path}, which does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{CONFIG_ENV} names {path}, which is a folder, not a file") from None
+    except OSError as exc:
+        raise ConfigError(
+            f"{CONFIG_ENV} names {path}, which cannot be read ({exc.strerror})"
+        ) from None
+    return path
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _profile_from_table(name: str, table: object, source: Path) -> Profile:
+    where = f"{source} [profiles.{name}]"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table")
+    unknown = table.keys() - {
+        "command",
+        "prompt",
+        "clean_exit",
+        "preamble",
+        "max_running",
+        "env",
+        "pass_env",
+        "path",
+        "mqtt_credentials",
+        "run_as",
+        "stop",
+        "channel",
+        "resume",
+    }
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    _cap(table.get("max_running"), where)
+    if table.keys() <= {"max_running"} and name in BUILTIN:
+        return BUILTIN[name]  # a cap on a built-in profile, nothing else changed
+    command = table.get("command")
+    if isinstance(command, str):
+        command = shlex.split(command)  # split like a shell would, but never run by one
+    if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
+        raise ConfigError(f"{where}: command must be a non-empty list of strings")
+    prompt = table.get("prompt", "stdin")
+    if prompt not in PROMPT_MODES:
+        raise ConfigError(f"{where}: prompt must be one of {', '.join(PROMPT_MODES)}")
+    clean_exit = table.get("clean_exit", "completed")
+    if clean_exit not in CLEAN_EXIT:
+        raise ConfigError(f"{where}: clean_exit must be one of {', '.join(CLEAN_EXIT)}")
+    preamble = table.get("preamble", True)
+    if not isinstance(preamble, bool):
+        raise ConfigError(f"{where}: preamble must be true or false")
+    env = table.get("env", {})
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise ConfigError(f"{where}: env must be a table of strings")
+    pass_env = table.get("pass_env", [])
+    if not isinstance(pass_env, list) or not all(isinstance(v, str) for v in pass_env):
+        raise ConfigError(f"{where}: pass_env must be a list of variable names")
+    path = table.get("path")
+    if isinstance(path, str):
+        path = path.split(os.pathsep)
+    if path is not None and (
+        not isinstance(path, list) or not all(isinstance(p, str) and p for p in path)
+    ):
+        raise ConfigError(f"{where}: path must be a list of folders (or a PATH string)")
+    credentials = table.get("mqtt_credentials")
+    if credentials is not None and not isinstance(credentials, str):
+        raise ConfigError(f"{where}: mqtt_credentials must be the path of a file")
+    stop = table.get("stop", {})
+    if (
+        not isinstance(stop, dict)
+        or len(stop) > 1
+        or set(stop) - {"signal", "keys", "command"}
+        or ("keys" in stop and not isinstance(stop["keys"], list))
+    ):
+        raise ConfigError(
+            f'{where}: stop must be one of {{ signal = "SIGINT" }}, {{ keys = ["C-c"] }}'
+            ' or { command = "/exit" }'
+        )
+    channel = table.get("channel", "none")
+    if channel not in ("none", "claude-stream", "codex-json"):
+        raise ConfigError(f"{where}: channel must be none, claude-stream or codex-json")
+    resume = table.get("resume")
+    if resume is not None and (
+        not isinstance(resume, list) or not resume or not all(isinstance(c, str) for c in resume)
+    ):
+        raise ConfigError(f"{where}: resume must be a command list with {{conversation_id}}")
+    run_as = table.get("run_as")
+    if run_as is not None and (not isinstance(run_as, str) or not run_as):
+        raise ConfigError(f"{where}: run_as must be a user name")
+    return Profile(
+        name,
+        tuple(command),
+        prompt,
+        clean_exit,
+        preamble,
+        env=tuple(sorted(env.items())),
+        pass_env=tuple(pass_env),
+        path=tuple(path) if path is not None else None,
+        mqtt_credentials=credentials,
+        run_as=run_as,
+        channel=channel,
+        resume=tuple(resume) if resume else None,
+    )
+
+
+def _cap(value: object, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: max_running must be a positive integer")
+    return value
+
+
+def max_running_caps(config: Mapping[str, Any]) -> Caps:
+    """The concurrency caps of delegate.toml: `max_running` at the top and per profile."""
+    from delegate.core.policy import Caps
+
+    per_agent = {}
+    tables = config.get("profiles", {})
+    if isinstance(tables, dict):
+        for name, table in tables.items():
+            if isinstance(table, dict):
+                cap = _cap(table.get("max_running"), f"[profiles.{name}]")
+                if cap is not None:
+                    per_agent[name] = cap
+    return Caps(total=_cap(config.get("max_running"), "delegate.toml"), per_agent=per_agent)
+
+
+def notifier(config: Mapping[str, Any], source: Path) -> tuple[list[str], tuple[str, ...]] | None:
+    """`[notify]`: the notifier argv and the events it hears, or None when there is none."""
+    table = config.get("notify")
+    if table is None:
+        return None
+    where = f"{source} [notify]"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table")
+    unknown = table.keys() - {"command", "events"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    command = table.get("command")
+    if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
+        raise ConfigError(f"{where}: command must be a non-empty list of strings (an argv)")
+    events = table.get("events", list(NOTIFY_EVENTS_DEFAULT))
+    known = ("started", "progress", "permission_required", "completed", "error")
+    if not isinstance(events, list) or not all(e in known for e in events):
+        raise ConfigError(f"{where}: events must be a list of {', '.join(known)}")
+    return list(command), tuple(events)
+
+
+def profiles(config: Mapping[str, Any], source: Path) -> dict[str, Profile]:
+    found = dict(BUILTIN)
+    tables = config.get("profiles", {})
+    if not isinstance(tables, dict):
+        raise ConfigError(f"{source}: [profiles] must be a table of tables")
+    for name, table in tables.items():
+        found[name] = _profile_from_table(name, table, source)
+    return found
+
+
+def resolve(
+    *, agent: str | None, cmd: str | None, config: Mapping[str, Any], source: Path
+) -> Profile:
+    if agent and cmd:
+        raise UsageError("give --agent or --cmd, not both")
+    if cmd is not None:
+        return one_off(cmd)
+    if not agent:
+        raise UsageError("give --agent NAME or --cmd CMD")
+    known = profiles(config, source)
+    if agent not in known:
+        raise UsageError(f"unknown agent {agent!r}; known: {', '.join(sorted(known))}")
+    return known[agent]

@@ -1,0 +1,160 @@
+"""What agents say about themselves, turned into our events. Pure: lines and payloads in,
+`ChannelEvent`s out; the wrapper and `delegate hook` publish them. No screen scraping.
+
+- `claude-stream`: Claude Code's `--output-format stream-json` lines. `system/init` names the
+  conversation; the `result` line ends the job (`completed`, or `error` when `is_error`) with
+  `num_turns`, `duration_ms`, `cost_usd` and `usage` in data.
+- `codex-json`: `codex exec --json` lines. `thread.started` names the conversation,
+  `turn.completed` reports usage as progress, `turn.failed` / `error` end the job in error, and
+  the end of the stream completes it unless it failed.
+- Claude Code hooks (`delegate hook`): `PermissionRequest` and the permission/elicitation
+  `Notification`s become `permission_required`, `Stop` a "turn ended" progress, `SessionStart`
+  names the conversation.
+
+A line that is not JSON, or not an object, is counted in `malformed` and otherwise ignored.
+"""
+
+from __future__ import annotations
+
+from delegate.core import fastjson as json
+
+TYPE_CHECKING = False  # `delegate hook` runs this in a fresh process: no typing import
+if TYPE_CHECKING:
+    from typing import Any
+
+PERMISSION_NOTIFICATIONS = ("permission_prompt", "elicitation_dialog")
+
+
+class ChannelEvent:
+    """An event to publish (`event` set), or a fact to record (`conversation_id` set)."""
+
+    __slots__ = ("conversation_id", "data", "detail", "event")
+
+    def __init__(
+        self,
+        event: str | None = None,
+        detail: str = "",
+        data: dict[str, Any] | None = None,
+        conversation_id: str | None = None,
+    ) -> None:
+        self.event = event
+        self.detail = detail
+        self.data = data or {}
+        self.conversation_id = conversation_id
+
+    def __repr__(self) -> str:
+        return (
+            f"ChannelEvent({self.event!r}, {self.detail!r}, conversation={self.conversation_id!r})"
+        )
+
+
+def _object(line: bytes | str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class _LineParser:
+    """One JSON object per line; blank lines skipped, others that do not parse counted."""
+
+    def __init__(self) -> None:
+        self.malformed = 0
+        self.ended = False
+
+    def feed(self, line: bytes) -> list[ChannelEvent]:
+        if not line.strip():
+            return []
+        message = _object(line)
+        if message is None:
+            self.malformed += 1
+            return []
+        return self.message(message)
+
+    def message(self, message: dict[str, Any]) -> list[ChannelEvent]:
+        raise NotImplementedError
+
+    def finish(self) -> list[ChannelEvent]:
+        return []  # by default the wrapper reports from the exit status
+
+
+class ClaudeStream(_LineParser):
+    def message(self, message: dict[str, Any]) -> list[ChannelEvent]:
+        kind, subtype = message.get("type"), message.get("subtype")
+        if kind == "system" and subtype == "init" and isinstance(message.get("session_id"), str):
+            return [ChannelEvent(conversation_id=message["session_id"])]
+        if kind == "result":
+            self.ended = True
+            data: dict[str, Any] = {
+                "num_turns": message.get("num_turns"),
+                "duration_ms": message.get("duration_ms"),
+                "cost_usd": message.get("total_cost_usd", message.get("cost_usd")),
+                "usage": message.get("usage") if isinstance(message.get("usage"), dict) else {},
+            }
+            failed = bool(message.get("is_error")) or str(subtype or "").startswith("error")
+            text = message.get("result")
+            detail = str(text)[:200] if isinstance(text, str) and text else str(subtype or "")
+            return [ChannelEvent("error" if failed else "completed", detail, data)]
+        return []
+
+
+class CodexJson(_LineParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+        self.seen_any = False
+
+    def message(self, message: dict[str, Any]) -> list[ChannelEvent]:
+        self.seen_any = True
+        kind = message.get("type")
+        if kind == "thread.started" and isinstance(message.get("thread_id"), str):
+            return [ChannelEvent(conversation_id=message["thread_id"])]
+        if kind == "turn.completed":
+            usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
+            return [ChannelEvent("progress", "turn completed", {"usage": usage})]
+        if kind in ("turn.failed", "error") and not self.failed:
+            self.failed = True
+            self.ended = True
+            error = message.get("error")
+            text = error.get("message") if isinstance(error, dict) else message.get("message")
+            return [ChannelEvent("error", str(text or kind)[:200], {})]
+        return []
+
+    def finish(self) -> list[ChannelEvent]:
+        if self.failed or not self.seen_any:
+            return []  # failed already, or it never spoke: the exit status says the rest
+        self.ended = True
+        return [ChannelEvent("completed", "the codex stream ended", {})]
+
+
+def parser_for(channel: str | None) -> ClaudeStream | CodexJson | None:
+    if channel == "claude-stream":
+        return ClaudeStream()
+    if channel == "codex-json":
+        return CodexJson()
+    return None
+
+
+def hook_events(payload: dict[str, Any]) -> list[ChannelEvent]:
+    """The events a Claude Code hook call stands for."""
+    name = payload.get("hook_event_name")
+    if name == "PermissionRequest":
+        tool = str(payload.get("tool_name") or "a tool")
+        asked = {"tool_name": tool, "tool_input": payload.get("tool_input") or {}}
+        return [ChannelEvent("permission_required", f"permission asked for {tool}", asked)]
+    if name == "Notification":
+        kind = payload.get("notification_type")
+        message = str(payload.get("message") or "")
+        if kind in PERMISSION_NOTIFICATIONS or "permission" in message.lower():
+            noted: dict[str, Any] = {"notification_type": kind}
+            for key in ("tool_name", "tool_input"):
+                if key in payload:
+                    noted[key] = payload[key]
+            return [ChannelEvent("permission_required", message[:200], noted)]
+        return []
+    if name == "Stop":
+        return [ChannelEvent("progress", "turn ended", {})]
+    if name == "SessionStart" and isinstance(payload.get("session_id"), str):
+        return [ChannelEvent(conversation_id=payload["session_id"])]
+    return []

@@ -1,0 +1,120 @@
+"""The fast path of `delegate publish`: parsed without typer, which costs ~40 ms to import.
+
+Agents call publish many times per job, so this path imports only the standard library pieces
+it needs. Its options mirror the typer command (a test checks the two stay the same).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from delegate.core import (
+    fastjson as json,  # `json` imports `re`: milliseconds this path cannot spare
+)
+from delegate.core.errors import DelegateError, UsageError, say
+
+TYPE_CHECKING = False  # `typing` itself costs milliseconds on this path
+if TYPE_CHECKING:  # importing it for real costs the fast path; only the type checker needs it
+    pass
+
+PUBLISH_OPTIONS = ("--job", "--event", "--detail", "--data")
+
+
+def parse_publish_args(argv: list[str]) -> dict[str, str | None]:
+    """Parse `--opt value` and `--opt=value` for the four publish options.
+
+    argparse would do, but it imports shutil and locale to build a help formatter even when no
+    help is shown (~7 ms); help comes from the typer command instead.
+    """
+    values: dict[str, str | None] = {"job": None, "event": None, "detail": "", "data": None}
+    rest = list(argv)
+    while rest:
+        arg = rest.pop(0)
+        name, sep, value = arg.partition("=")
+        if name not in PUBLISH_OPTIONS:
+            raise UsageError(
+                f"unexpected argument {arg!r} (publish takes {', '.join(PUBLISH_OPTIONS)})"
+            )
+        if not sep:
+            if not rest:
+                raise UsageError(f"option {name} needs a value")
+            value = rest.pop(0)
+        values[name[2:]] = value
+    if values["event"] is None:
+        raise UsageError("missing option --event")
+    return values
+
+
+def run_publish(*, job: str | None, event: str, detail: str = "", data: str | None = None) -> int:
+    """Publish and print a one-line JSON receipt; errors propagate as DelegateError."""
+    from delegate.services.jobs.publish import publish_receipt
+    from delegate.services.state import State
+
+    receipt = publish_receipt(State.open(), job=job, event=event, detail=detail, data=data)
+    sys.stdout.write(json.dumps(receipt) + "\n")
+    return 0
+
+
+def _via_wrapper(args: dict[str, str | None]) -> int | None:
+    """Publish through the pane's wrapper when it serves this job; None to publish directly."""
+    path = os.environ.get("DELEGATE_PUBLISH_SOCKET")
+    own_job = os.environ.get("DELEGATE_JOB_ID")
+    if not path or not own_job or args["job"] not in (None, own_job):
+        return None
+    from delegate.adapters.publish_socket import request
+
+    answer = request(path, args)
+    if answer is None:
+        return None
+    if answer.get("ok"):
+        sys.stdout.write(json.dumps(answer.get("receipt")) + "\n")
+        return 0
+    say(answer.get("message", "publish failed"))
+    code = answer.get("exit_code")
+    return code if isinstance(code, int) else 4
+
+
+def main_publish(argv: list[str]) -> int:
+    try:
+        args = parse_publish_args(argv)
+        served = _via_wrapper(args)
+        if served is not None:
+            return served
+        return run_publish(
+            job=args["job"],
+            event=str(args["event"]),
+            detail=args["detail"] or "",
+            data=args["data"],
+        )
+    except DelegateError as exc:
+        say(exc)
+        return exc.exit_code
+
+
+def main_hook(argv: list[str]) -> int:
+    """`delegate hook`: a Claude Code hook call (its JSON on stdin) turned into this job's
+    events, through the pane's wrapper when there is one. It never blocks the agent: whatever
+    goes wrong is one line on stderr and exit 0 (Claude Code waits for synchronous hooks, and a
+    failing hook must not stop its work)."""
+    if argv:
+        say("hook takes no arguments; the hook's JSON comes on stdin")
+        return 64
+    try:
+        raw = sys.stdin.buffer.read(1024 * 1024 + 1)
+        payload = json.loads(raw) if len(raw) <= 1024 * 1024 else None
+        if not isinstance(payload, dict):
+            raise UsageError("the hook input is not a JSON object of at most 1 MiB")
+        from delegate.core.channels import hook_events
+        from delegate.services.jobs.publish import hook_request as _hook_request
+
+        for item in hook_events(payload):
+            if item.conversation_id:
+                _hook_request({"op": "conversation", "conversation_id": item.conversation_id})
+            else:
+                _hook_request(
+                    {"event": item.event, "detail": item.detail, "data": json.dumps(item.data)}
+                )
+    except (DelegateError, ValueError, OSError) as exc:
+        say(f"hook: {exc}")
+    return 0

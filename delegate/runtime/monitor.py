@@ -1,0 +1,324 @@
+"""`delegate monitor`: keep the books true for every job, even when its own subscriber died.
+
+It listens to every job's events on each bus in use (live only: on MQTT no retained outcome of a
+past job is replayed on reconnect) and applies them through the reconcile policy, and each
+interval makes one pass over the open jobs, the live session rows and one tmux query per socket.
+A pass comes early when a deadline falls due, when a state-changing event arrives, and the moment
+a watched wrapper process exits: the monitor holds a pidfd for every live pane of an open job,
+which the kernel makes readable when that process ends, so a killed wrapper or a killed tmux
+server is noticed at once rather than at the next interval.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from delegate.adapters.bus import Subscription, open_bus
+from delegate.config.logsetup import get_logger
+from delegate.core.errors import DelegateError
+from delegate.core.model import EVENT_TARGET_STATE, EventType, Job, JobState
+from delegate.core.policy import HOST_LOST, SeenEvent, Settings, next_deadline_s
+from delegate.core.protocol import Accepted, Receiver
+from delegate.services.jobs.notify import notify, wait_for_notifiers
+from delegate.services.reconciler import Done, Reconciler
+from delegate.services.state import State
+
+log = get_logger(__name__)
+
+DEFAULT_INTERVAL_S = 5.0
+WAKE_POLL_S = 0.02  # how long one wait for events or pidfds lasts
+
+
+class Monitor:
+    def __init__(
+        self,
+        state: State,
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        settings: Settings | None = None,
+        report: Callable[[Done], None] = lambda done: None,
+    ) -> None:
+        self.state = state
+        self.interval_s = interval_s
+        self.reconciler = Reconciler(state, settings=settings, actor="monitor", report=report)
+        self._subscriptions: dict[str, Subscription] = {}
+        self._buses: dict[str, Any] = {}
+        self._receivers: dict[str, Receiver | None] = {}
+        self._late_receivers: dict[str, Receiver] = {}
+        self._hosted: set[str] = set()  # jobs on agent hosts: they may end host_lost meanwhile
+        self._pidfds: dict[int, int] = {}  # pane pid -> pidfd
+        self._stop_r, self._stop_w = os.pipe()
+        os.set_blocking(self._stop_w, False)
+        self.stopping = False
+        self.passes = 0
+
+    # --- stopping --------------------------------------------------------------------------
+
+    def stop(self, *_: Any) -> None:
+        """Ask the loop to finish (a signal handler: only sets a flag and wakes the wait)."""
+        self.stopping = True
+        with contextlib.suppress(OSError):
+            os.write(self._stop_w, b"x")
+
+    def _stop_requested(self) -> bool:
+        return self.stopping
+
+    def _watch_presence(self, jobs: list[Job], *, once: bool) -> None:
+        """Hosts' presence into the host book while jobs run on agent hosts, so `host_lost` is
+        judged on what the hosts say now (once: the retained presences, then stop)."""
+        if getattr(self, "_presence", None) is not None or not any(j.host for j in jobs):
+            return
+        from delegate.services.remote import PresenceWatch, mqtt_settings, refresh_presence
+
+        if once:
+            refresh_presence(self.state)
+            return
+        try:
+            self._presence = PresenceWatch(self.state, mqtt_settings(self.state))
+        except DelegateError as exc:
+            log.warning("monitor: hosts' presence not followed: %s", exc)
+
+    def close(self) -> None:
+        if getattr(self, "_presence", None) is not None:
+            self._presence.close()
+        for sub in self._subscriptions.values():
+            with contextlib.suppress(Exception):
+                sub.close()
+        for bus in self._buses.values():
+            with contextlib.suppress(Exception):
+                bus.close()
+        for fd in self._pidfds.values():
+            os.close(fd)
+        self._pidfds.clear()
+        os.close(self._stop_r)
+        os.close(self._stop_w)
+        wait_for_notifiers()
+
+    # --- events ----------------------------------------------------------------------------
+
+    def _bus_urls(self, jobs: list[Job]) -> set[str]:
+        urls = {self.state.default_bus_url()}
+        urls.update(self.state.bus_url_for(j) for j in jobs)
+        return urls
+
+    def _subscribe(self, jobs: list[Job]) -> None:
+        """A live all-jobs subscription on every bus an open job uses (new ones as they come)."""
+        for url in self._bus_urls(jobs):
+            if url in self._subscriptions:
+                continue
+            try:
+                from delegate.services.state import with_own_credentials
+
+                bus = open_bus(
+                    with_own_credentials(url, self.state.env.get("DELEGATE_BUS")),
+                    env=self.state.env,
+                )
+                self._subscriptions[url] = bus.subscribe(None, live_only=True)
+                self._buses[url] = bus
+            except DelegateError as exc:
+                log.warning("monitor: not listening on %s yet: %s", url, exc)
+
+    def _catch_up(self, jobs: list[Job]) -> list[SeenEvent]:
+        """Events of open jobs already on an embedded bus (published while no one listened)."""
+        seen: list[SeenEvent] = []
+        by_url: dict[str, list[Job]] = {}
+        for job in jobs:
+            url = self.state.bus_url_for(job)
+            if url.startswith("sqlite:") and job.status is not JobState.QUEUED:
+                by_url.setdefault(url, []).append(job)
+        for url, group in by_url.items():
+            try:
+                bus = open_bus(url)
+            except DelegateError as exc:
+                log.warning("monitor: could not read the history on %s: %s", url, exc)
+                continue
+            try:
+                for job in group:
+                    sub = bus.subscribe(job.job_id)
+                    try:
+                        while (message := sub.get(timeout=0)) is not None:
+                            event = self._accept(message.job_id, message.payload)
+                            if event is not None:
+                                seen.append(event)
+                    finally:
+                        sub.close()
+            except DelegateError as exc:
+                log.warning("monitor: could not read the history on %s: %s", url, exc)
+            finally:
+                bus.close()
+        return seen
+
+    def _accept(self, job_id: str, payload: bytes) -> SeenEvent | None:
+        """Verify one message of an open job; None for anything else (not ours to audit)."""
+        if job_id not in self._receivers:
+            try:
+                job = self.state.registry.get(job_id)
+            except DelegateError:
+                self._receivers[job_id] = None
+                return None
+            self._receivers[job_id] = (
+                None if job.status.terminal else Receiver(job_id, job.auth_token)
+            )
+            if job.host:
+                self._hosted.add(job_id)
+        if job_id in self._hosted and self._receivers[job_id] is not None:
+            with contextlib.suppress(DelegateError):
+                if self.state.registry.get(job_id).status.terminal:
+                    self._receivers[job_id] = None  # failed host_lost by a pass meanwhile
+        receiver = self._receivers[job_id]
+        if receiver is None:
+            self._late(job_id, payload)
+            return None
+        verdict = receiver.check(payload)
+        if not isinstance(verdict, Accepted):
+            log.debug("monitor: dropped a message of job %s: %s", job_id, verdict.reason)
+            return None
+        envelope = verdict.envelope
+        try:
+            job = self.state.registry.get(job_id)
+            notify(self.state, job, envelope, actor="monitor")
+        except DelegateError as exc:
+            log.warning("monitor: could not notify for job %s: %s", job_id, exc)
+        if verdict.event in ("completed", "error"):
+            self._receivers[job_id] = None  # nothing after the terminal event matters
+        return SeenEvent(job_id, verdict.event, verdict.seq, str(envelope.get("detail", "")))
+
+    def _late(self, job_id: str, payload: bytes) -> None:
+        """A job failed `host_lost` whose host came back with what its agent said meanwhile:
+        verified and audited as late events (`delegate logs` shows them); the state stays."""
+        try:
+            job = self.state.registry.get(job_id)
+        except DelegateError:
+            return
+        if not (job.host and job.status.terminal and (job.error or "").startswith(HOST_LOST)):
+            return
+        late = self._late_receivers.setdefault(job_id, Receiver(job_id, job.auth_token))
+        verdict = late.check(payload)
+        if isinstance(verdict, Accepted):
+            self.state.audit.append(
+                job_id,
+                "late_event",
+                seq=verdict.seq,
+                event=verdict.event,
+                host=job.host,
+                envelope=verdict.envelope,
+                note=f"arrived after the job ended {job.error}; its state stays",
+            )
+
+    def _poll_events(self) -> list[SeenEvent]:
+        seen = []
+        for sub in list(self._subscriptions.values()):
+            while (message := sub.get(timeout=0)) is not None:
+                event = None
+                if not message.problem:
+                    event = self._accept(message.job_id, message.payload)
+                sub.ack(message)
+                if event is not None:
+                    seen.append(event)
+        return seen
+
+    # --- pidfds ----------------------------------------------------------------------------
+
+    def _watch_panes(self) -> None:
+        """Hold a pidfd for each live pane of an open job seen by the last pass."""
+        snap = self.reconciler.last_snapshot
+        if snap is None:
+            return
+        open_sessions = {j.session for j in snap.jobs if not j.status.terminal and j.session}
+        wanted = {
+            pane.pid
+            for view in snap.views.values()
+            for pane in view.panes
+            if not pane.dead and pane.pid > 0 and pane.session in open_sessions
+        }
+        for pid in list(self._pidfds):
+            if pid not in wanted:
+                os.close(self._pidfds.pop(pid))
+        for pid in wanted - self._pidfds.keys():
+            try:
+                self._pidfds[pid] = os.pidfd_open(pid)
+            except OSError:
+                continue  # already gone: the next pass sees its pane dead
+
+    def _wait(self, timeout: float) -> bool:
+        """Wait up to `timeout`; True when a watched wrapper exited."""
+        fds = [self._stop_r, *self._pidfds.values()]
+        readable, _, _ = select.select(fds, [], [], max(0.0, timeout))
+        return any(fd != self._stop_r for fd in readable)
+
+    # --- passes ----------------------------------------------------------------------------
+
+    def run_pass(self, events: list[SeenEvent] | None = None) -> list[Done]:
+        done = self.reconciler.run_pass(events=events or ())
+        self.passes += 1
+        self._watch_panes()
+        return done
+
+    def _next_deadline(self) -> float:
+        snap = self.reconciler.last_snapshot
+        if snap is None:
+            return self.interval_s
+        now = datetime.now(UTC)
+        waits = [self.interval_s]
+        for job in snap.jobs:
+            if job.status is JobState.RUNNING:
+                wait = next_deadline_s(job, now)
+                if wait is not None:
+                    waits.append(wait + 0.01)
+        return min(waits)
+
+    def run(self, *, once: bool = False) -> int:
+        jobs = self.state.registry.open_jobs()
+        self._watch_presence(jobs, once=once)
+        if not once:
+            self._subscribe(jobs)
+        events = self._catch_up(jobs)
+        self.run_pass(events)
+        if once:
+            return 0
+        next_pass = time.monotonic() + self._next_deadline()
+        while not self.stopping:
+            woke = self._wait(min(WAKE_POLL_S, max(0.0, next_pass - time.monotonic())))
+            if self._stop_requested():
+                break
+            events = self._poll_events()
+            changing = [e for e in events if EventType(e.event) in EVENT_TARGET_STATE]
+            if changing:
+                # apply at once (no tmux needed), then a full pass for sessions and the queue
+                self.reconciler.run_pass(events=changing, sockets=())
+                woke = woke or any(EventType(e.event).terminal for e in changing)
+            if woke or time.monotonic() >= next_pass:
+                self.run_pass()
+                self._subscribe(self.state.registry.open_jobs())
+                next_pass = time.monotonic() + self._next_deadline()
+        return 0
+
+
+def run_monitor(
+    state: State,
+    *,
+    once: bool,
+    interval_s: float,
+    settings: Settings,
+    report: Callable[[Done], None],
+) -> int:
+    """Run the monitor until SIGTERM/SIGINT (exit 0), or one pass with `once`."""
+    if interval_s <= 0:
+        from delegate.core.errors import UsageError
+
+        raise UsageError("--interval must be a positive number of seconds")
+    monitor = Monitor(state, interval_s=interval_s, settings=settings, report=report)
+    previous = {sig: signal.signal(sig, monitor.stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return monitor.run(once=once)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        monitor.close()

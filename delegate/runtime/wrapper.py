@@ -1,0 +1,474 @@
+"""The agent wrapper: the process tmux runs in a pane (`python -m delegate.runtime.wrapper ID`).
+
+It publishes `started` (seq 1) before the agent begins, hands the prompt over on stdin or as a
+file (never through a shell string), copies the agent's output to the pane and to
+`logs/<job_id>/agent.log`, and, when the agent ends without reporting `completed` or `error`,
+reports one itself from the exit status as the profile says. So every job ends with a reason:
+when the bus cannot take that report, the wrapper records the outcome in the registry itself
+(it runs beside it) and audits why; a `started` the bus refused is recorded the same way, so the
+job is not stranded pending.
+
+The agent runs in its own process group. SIGHUP (tmux went away) or SIGTERM reaching the wrapper
+is passed to that group; after a short grace the group is killed, and the job ends `error`
+naming the signal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+from delegate.adapters.fsio import path_with
+from delegate.config import logsetup
+from delegate.coord.heartbeats import Beater
+from delegate.core.errors import BusError, DelegateError, PublishRefused, say
+from delegate.core.model import EventType
+from delegate.services.jobs.publish import publish_event, record_conversation
+from delegate.services.state import State
+
+log = logsetup.get_logger(__name__)
+CHUNK = 65536
+SIGNAL_GRACE_S = 3.0
+PASSED_SIGNALS = (signal.SIGHUP, signal.SIGTERM)
+RECORDED_WITHOUT_BUS = "recorded_without_bus"
+
+
+def report(
+    state: State, job_id: str, event: str, *, detail: str, data: dict[str, Any] | None = None
+) -> None:
+    """Publish `event`; when the bus cannot take it, record its transition in the registry
+    directly and audit why, so the job never waits for a report that cannot travel."""
+    try:
+        publish_event(state, job_id, event, detail=detail, data=data)
+    except BusError as exc:
+        # the reason first: the audit trail is never behind the status it explains
+        state.audit.append(
+            job_id, RECORDED_WITHOUT_BUS, event=event, reason=f"bus unreachable: {exc}"
+        )
+        state.registry.apply_event(job_id, EventType(event), detail=detail)
+        log.warning(
+            "job %s: the bus did not take %s (%s); recorded it directly", job_id, event, exc
+        )
+
+
+class AgentIdentity:
+    """`run_as = "USER"`: the OS user an agent runs as, and a private folder of theirs (0700)
+    for the publish socket and, for file prompts, a copy of the prompt."""
+
+    def __init__(self, entry: Any, job_id: str) -> None:
+        import tempfile
+
+        self.entry = entry
+        self.uid: int = entry.pw_uid
+        self.gid: int = entry.pw_gid
+        self.folder = Path(tempfile.mkdtemp(prefix=f"delegate-{job_id}-"))
+        os.chown(self.folder, self.uid, self.gid)
+
+    @classmethod
+    def of(cls, user: object, job_id: str) -> AgentIdentity | None:
+        if not user:
+            return None
+        import pwd
+
+        try:
+            entry = pwd.getpwnam(str(user))
+        except KeyError:
+            raise DelegateError(f"run_as: no user {user!r} on this machine") from None
+        return cls(entry, job_id)
+
+    @property
+    def owner(self) -> tuple[int, int]:
+        return self.uid, self.gid
+
+    def env(self) -> dict[str, str]:
+        return {"HOME": self.entry.pw_dir, "USER": self.entry.pw_name}
+
+    def hand_over_prompt(self, argv: list[str], prompt_path: Path) -> list[str]:
+        """A copy of the prompt the agent's user may read, in place of the original path."""
+        import shutil
+
+        copy = self.folder / "prompt"
+        shutil.copyfile(prompt_path, copy)
+        os.chmod(copy, 0o600)
+        os.chown(copy, self.uid, self.gid)
+        return [part.replace(str(prompt_path), str(copy)) for part in argv]
+
+    def clean_up(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def agent_environment(state: State, job_id: str) -> dict[str, str]:
+    """The agent's environment as submit built it (services/jobs/agent_env); for a job submitted
+    before there was one, the old way: this process's environment plus the job's variables."""
+    from delegate.services.jobs import agent_env
+
+    saved = agent_env.load(state, job_id)
+    if saved is not None:
+        return saved
+    env = dict(os.environ)
+    env["DELEGATE_JOB_ID"] = job_id
+    env["DELEGATE_HOME"] = str(state.layout.home)
+    env["DELEGATE_BUS"] = state.bus_url_for(state.registry.get(job_id))
+    env["PATH"] = path_with(str(Path(sys.executable).parent), env.get("PATH"))
+    return env
+
+
+def _feed(stdin: IO[bytes], prompt: bytes) -> None:
+    try:
+        stdin.write(prompt)
+    except (BrokenPipeError, ValueError):
+        pass  # the agent stopped reading; its exit status will tell the rest
+    finally:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            stdin.close()
+
+
+def _copy_output(
+    source: IO[bytes], log_path: Path, listener: ChannelListener | None = None
+) -> None:
+    """Copy the agent's output to agent.log and the pane; a channel's lines go to `listener`."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    out = sys.stdout.buffer
+    pending = b""
+    try:
+        while chunk := source.read1(CHUNK):  # type: ignore[attr-defined]
+            os.write(fd, chunk)
+            try:
+                out.write(chunk)
+                out.flush()
+            except OSError:
+                pass  # the pane went away; keep logging
+            if listener is not None:
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    listener.line(line)
+        if listener is not None and pending:
+            listener.line(pending)
+    finally:
+        os.close(fd)
+
+
+class ChannelListener:
+    """Turns the agent's own structured output (its profile's `channel`) into events."""
+
+    def __init__(self, state: State, job_id: str, channel: str) -> None:
+        from delegate.core.channels import parser_for
+
+        self.state = state
+        self.job_id = job_id
+        self.parser = parser_for(channel)
+
+    def line(self, raw: bytes) -> None:
+        if self.parser is not None:
+            self.apply(self.parser.feed(raw))
+
+    def finish(self) -> None:
+        if self.parser is not None:
+            self.apply(self.parser.finish())
+            if self.parser.malformed:
+                self.state.audit.append(
+                    self.job_id, "channel_malformed", lines=self.parser.malformed
+                )
+
+    def apply(self, events: list[Any]) -> None:
+        for item in events:
+            if item.conversation_id:
+                record_conversation(self.state, self.job_id, item.conversation_id)
+                continue
+            if item.event in ("completed", "error"):
+                record_usage(self.state, self.job_id, item.data)
+            with contextlib.suppress(PublishRefused):
+                report(self.state, self.job_id, item.event, detail=item.detail, data=item.data)
+
+
+def record_usage(state: State, job_id: str, data: dict[str, Any]) -> None:
+    """cost_usd, tokens_in, tokens_out from a channel's final word, into the record."""
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    assert isinstance(usage, dict)
+    changes: dict[str, Any] = {}
+    if isinstance(data.get("cost_usd"), int | float):
+        changes["cost_usd"] = float(data["cost_usd"])
+    for field, key in (("tokens_in", "input_tokens"), ("tokens_out", "output_tokens")):
+        if isinstance(usage.get(key), int):
+            changes[field] = usage[key]
+    if changes:
+        state.registry.update(job_id, **changes)
+
+
+def serve_publishes(state: State, job_id: str, identity: AgentIdentity | None = None) -> Any:
+    """Answer the pane's `delegate publish` calls for this job, and this job only (see
+    publish_socket). For an agent running as another user the socket lives in a folder of
+    theirs, since the job's log folder is closed to them."""
+    from delegate.adapters.publish_socket import PublishServer, socket_path
+    from delegate.services.jobs.publish import publish_receipt
+
+    def handle(request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("op") == "conversation":  # a hook naming the agent's conversation
+            conversation = request.get("conversation_id")
+            if not isinstance(conversation, str) or not conversation:
+                return {"ok": False, "message": "no conversation id", "exit_code": 64}
+            record_conversation(state, job_id, conversation)
+            return {"ok": True, "receipt": {"job_id": job_id, "conversation_id": conversation}}
+        asked = request.get("job")
+        if asked not in (None, job_id):
+            return {
+                "ok": False,
+                "message": f"this wrapper reports for job {job_id} only, not {asked!r}",
+                "exit_code": 67,
+            }
+        try:
+            receipt = publish_receipt(
+                state,
+                job=job_id,
+                event=str(request.get("event")),
+                detail=str(request.get("detail") or ""),
+                data=request.get("data"),
+            )
+        except DelegateError as exc:
+            return {"ok": False, "message": str(exc), "exit_code": exc.exit_code}
+        except Exception as exc:  # a bug must not kill the server; the client hears of it
+            log.error("publish request failed: %s", exc)
+            return {"ok": False, "message": f"internal error: {exc}", "exit_code": 70}
+        return {"ok": True, "receipt": receipt}
+
+    if identity is not None:
+        path: Path | None = identity.folder / "publish.sock"
+    else:
+        path = socket_path(state.audit.job_dir(job_id, create=True), job_id)
+    if path is None:
+        return None
+    try:
+        return PublishServer(path, handle, owner=identity.owner if identity else None)
+    except OSError as exc:
+        log.warning("not serving publishes over a socket: %s", exc)
+        return None
+
+
+def outcome_for(returncode: int, clean_exit: str) -> tuple[str, str]:
+    """The event and detail the wrapper reports for an agent that ended without reporting."""
+    if returncode == 0:
+        return clean_exit, "agent exited with status 0 without reporting"
+    if returncode < 0:
+        return "error", f"agent killed by signal {-returncode}"
+    return "error", f"agent exited with status {returncode}"
+
+
+class SignalRelay:
+    """Passes SIGHUP/SIGTERM on to the agent's process group, and kills what is left of the
+    group after a grace. Installed before anything else, so a signal that arrives before the
+    agent exists is kept and passed on the moment it starts."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.pgid: int | None = None
+        self._killer: threading.Timer | None = None
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in PASSED_SIGNALS}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if not self.received:
+            self.received.append(signum)
+        self._pass(signum)
+
+    def _pass(self, signum: int) -> None:
+        if self.pgid is None:
+            return
+        if self._killer is None:
+            self._killer = threading.Timer(SIGNAL_GRACE_S, _kill_group, args=(self.pgid,))
+            self._killer.daemon = True
+            self._killer.start()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pgid, signum)
+
+    def attach(self, pgid: int) -> None:
+        self.pgid = pgid
+        if self.received:
+            self._pass(self.received[0])
+
+    def reaped(self) -> None:
+        """The agent was reaped: its group id may be reused once the group is empty."""
+        if self.received and self.pgid is not None:
+            _kill_group(self.pgid)  # what is left of the group
+        if self._killer is not None:
+            self._killer.cancel()
+        self.pgid = None
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    @property
+    def signal_name(self) -> str | None:
+        return signal.Signals(self.received[0]).name if self.received else None
+
+
+def run(job_id: str, state: State | None = None) -> int:
+    relay = SignalRelay()
+    try:
+        return _run(job_id, relay, state)
+    except Exception as exc:
+        # The pane's stderr is seen by no one: keep why the wrapper stopped in the job's log.
+        with contextlib.suppress(Exception):
+            (state or State.open()).audit.append(
+                job_id, "wrapper_failed", error=f"{type(exc).__name__}: {exc}"
+            )
+        raise
+    finally:
+        relay.restore()
+
+
+def _run(job_id: str, relay: SignalRelay, given: State | None) -> int:
+    # The pane's own environment only says where the state is; the agent's environment, and
+    # with it the broker login this wrapper reports with, is the one submit saved for the job.
+    home = (given or State.open()).layout.home
+    env = agent_environment(given or State.open(env={"DELEGATE_HOME": str(home)}), job_id)
+    state = given or State.open(env={**env, "DELEGATE_HOME": str(home)})
+    job = state.registry.get(job_id)
+    launch = job.launch
+    argv = list(launch.get("argv") or [])
+    if not argv:
+        raise DelegateError(f"job {job_id} has no launch command")
+    try:
+        report(state, job_id, "started", detail=f"{job.agent or 'agent'} starting")
+    except PublishRefused as exc:
+        say(f"not starting the agent: {exc.reason}")
+        return 0
+    if relay.signal_name is not None:  # stopped before the agent began: do not begin it
+        with contextlib.suppress(PublishRefused):
+            report(state, job_id, "error", detail=f"the wrapper got {relay.signal_name}")
+        return 128 + relay.received[0]
+    prompt_path = Path(str(launch.get("prompt_path", "")))
+    mode = launch.get("prompt", "stdin")
+    log_path = state.audit.job_dir(job_id, create=True) / "agent.log"
+    workdir = Path(job.workdir or ".")
+    # A prompt on stdin takes the agent's stdin; otherwise the agent reads the pane's terminal
+    # (what `delegate send` types), as a program started in a terminal would.
+    stdin_spec = subprocess.PIPE if mode == "stdin" else _terminal_or_devnull()
+    identity = AgentIdentity.of(launch.get("run_as"), job_id)
+    if identity is not None:
+        env.update(identity.env())
+        argv = identity.hand_over_prompt(argv, prompt_path) if mode == "file" else argv
+    server = serve_publishes(state, job_id, identity)
+    if server is not None:
+        env["DELEGATE_PUBLISH_SOCKET"] = str(server.path)
+    try:
+        return _run_agent(
+            state, job_id, argv, workdir, env, stdin_spec, prompt_path, log_path, relay, identity
+        )
+    finally:
+        if server is not None:
+            server.close()
+        if identity is not None:
+            identity.clean_up()
+
+
+def _run_agent(
+    state: State,
+    job_id: str,
+    argv: list[str],
+    workdir: Path,
+    env: dict[str, str],
+    stdin_spec: int | None,
+    prompt_path: Path,
+    log_path: Path,
+    relay: SignalRelay,
+    identity: AgentIdentity | None = None,
+) -> int:
+    launch = state.registry.get(job_id).launch
+    as_user: dict[str, Any] = {}
+    if identity is not None:
+        as_user = {"user": identity.uid, "group": identity.gid, "extra_groups": []}
+    try:
+        agent = subprocess.Popen(
+            argv,
+            cwd=workdir,
+            env=env,
+            stdin=stdin_spec,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            process_group=0,  # its own group: signals reach the agent and all it started
+            **as_user,
+        )
+    except OSError as exc:
+        report(state, job_id, "error", detail=f"agent could not start: {exc.strerror}")
+        return 127
+    relay.attach(agent.pid)
+    _give_terminal(agent.pid)
+    threads = []
+    if agent.stdin is not None:
+        prompt = prompt_path.read_bytes() if prompt_path.is_file() else b""
+        threads.append(threading.Thread(target=_feed, args=(agent.stdin, prompt), daemon=True))
+    assert agent.stdout is not None
+    # A daemon: a background child of the agent may hold its stdout open long after it exits.
+    listener = ChannelListener(state, job_id, str(launch.get("channel") or "none"))
+    threads.append(
+        threading.Thread(target=_copy_output, args=(agent.stdout, log_path, listener), daemon=True)
+    )
+    for thread in threads:
+        thread.start()
+    # the agent's heartbeat (its id is the job id, the default owner of its locks and claims)
+    beater = Beater(state.layout.coord_db, job_id, task=job_id).start()
+    returncode = agent.wait()
+    relay.reaped()
+    beater.stop()
+    for thread in threads:
+        thread.join(timeout=0.2 if relay.received else 5)
+    listener.finish()  # a codex stream that ended cleanly completes its job here
+
+    if not state.registry.get(job_id).status.terminal:
+        if relay.signal_name is not None:
+            name = relay.signal_name
+            event = "error"
+            detail = f"the wrapper got {name} and passed it to the agent"
+        else:
+            event, detail = outcome_for(returncode, str(launch.get("clean_exit", "completed")))
+        # A PublishRefused here means the agent's own report, or a cancel, got there first.
+        with contextlib.suppress(PublishRefused):
+            report(state, job_id, event, detail=detail, data={"exit_status": returncode})
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def _terminal_or_devnull() -> int | None:
+    """None (inherit the pane's terminal) when the wrapper's stdin is one, else /dev/null."""
+    try:
+        return None if os.isatty(sys.stdin.fileno()) else subprocess.DEVNULL
+    except (OSError, ValueError):
+        return subprocess.DEVNULL
+
+
+def _give_terminal(pgid: int) -> None:
+    """Make the agent's group the pane terminal's foreground group, so an agent that reads its
+    terminal (what `delegate send` types) is not stopped by SIGTTIN, and keys like C-c reach
+    it. The wrapper keeps writing to the terminal from the background (no TOSTOP)."""
+    with contextlib.suppress(OSError, ValueError):
+        fd = sys.stdin.fileno()
+        if os.isatty(fd):
+            os.tcsetpgrp(fd, pgid)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    logsetup.configure_lazily()
+    if len(argv) != 1:
+        print("usage: python -m delegate.runtime.wrapper JOB_ID", file=sys.stderr)
+        return 64
+    from delegate.core.errors import guarded
+
+    return guarded(lambda: run(argv[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

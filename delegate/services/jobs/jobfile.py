@@ -1,0 +1,54 @@
+"""`delegate submit --from-file job.toml`: the same fields as the flags, flags win."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from delegate.core.errors import ConfigError
+
+_PATHS = ("prompt_file", "workdir")
+_NUMBERS = ("wall_timeout", "idle_timeout")
+_TEXT = ("agent", "cmd", "prompt", "session", "bus", "idempotency_key", "on_event", "host")
+
+
+def merge_job_file(path: Path | None, **flags: Any) -> dict[str, Any]:
+    """Settings from `path` (if any) overridden by every flag that was given.
+
+    Relative paths in the file are taken relative to the file, so a crontab line can point at
+    it from anywhere. `wait` stays None when neither says: the caller decides (a terminal).
+    """
+    settings: dict[str, Any] = {name: None for name in flags}
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        unknown = data.keys() - flags.keys()
+        if unknown:
+            raise ConfigError(f"{path}: unknown field(s) {', '.join(sorted(unknown))}")
+        for name, value in data.items():
+            if name in _PATHS:
+                if not isinstance(value, str):
+                    raise ConfigError(f"{path}: {name} must be a string")
+                value = (path.parent / Path(value).expanduser()).absolute()
+            elif name in _NUMBERS:
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise ConfigError(f"{path}: {name} must be a number of seconds")
+                value = float(value)
+            elif name == "max_running":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ConfigError(f"{path}: max_running must be a positive integer")
+            elif name == "wait":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{path}: wait must be true or false")
+            elif name in _TEXT and not isinstance(value, str):
+                raise ConfigError(f"{path}: {name} must be a string")
+            settings[name] = value
+    for name, value in flags.items():
+        if value is not None:
+            settings[name] = value
+    return settings

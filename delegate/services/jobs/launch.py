@@ -1,0 +1,202 @@
+"""Starting an admitted job in tmux, and the detached supervisor that looks after it.
+
+Used by submit (a job that may start now) and by the reconciler (a queued job whose slot came
+free, or a job whose launcher died before tmux started it).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from delegate.adapters.sessions_db import SessionError, SessionInventory
+from delegate.adapters.tmux import SOCKET_ENV, Tmux, process_start, processes_of_job, terminate
+from delegate.config.profiles import config_path, load_config, max_running_caps
+from delegate.core.errors import DelegateError
+from delegate.core.model import Job, SessionState
+from delegate.core.policy import Caps, busy_sessions, may_start
+from delegate.services.state import State
+
+READY_TIMEOUT_S = 15.0
+
+
+def inventory(state: State) -> SessionInventory:
+    return SessionInventory(state.layout.sessions_db)
+
+
+def caps(state: State) -> Caps:
+    """The caps every process reads: `max_running` of delegate.toml, global and per profile."""
+    return max_running_caps(load_config(config_path(state.layout.home, state.env)))
+
+
+def start_policy(state: State, cap: Caps) -> Callable[[Job, list[Job]], bool]:
+    """The cap check the registry runs under its lock: open jobs, and sessions still running."""
+
+    def decide(job: Job, others: list[Job]) -> bool:
+        return may_start(job, others, cap, busy_sessions(inventory(state).live()))
+
+    return decide
+
+
+def this_launcher() -> dict[str, Any]:
+    """This process as a launcher: its pid and start time (a reused pid has another)."""
+    return {"pid": os.getpid(), "start": process_start(os.getpid())}
+
+
+def launcher_alive(launcher: Mapping[str, Any] | None) -> bool:
+    if not launcher:
+        return False
+    pid = launcher.get("pid")
+    return isinstance(pid, int) and process_start(pid) == launcher.get("start")
+
+
+def tmux_for(state: State, job: Job) -> Tmux:
+    """The tmux server a job lives on: its recorded socket, else this environment's."""
+    return Tmux(job.tmux_socket, state.env) if job.tmux_socket else Tmux.from_env(state.env)
+
+
+def check_session_free(state: State, name: str) -> None:
+    """Raise SessionError when session `name` hosts a job that has not ended."""
+    row = inventory(state).get(name)
+    if row is None or row.job_id is None or row.state is not SessionState.RUNNING:
+        return
+    try:
+        hosted = state.registry.get(row.job_id)
+    except DelegateError:
+        return
+    if not hosted.status.terminal:
+        raise SessionError(f"session {name} is busy with job {hosted.job_id} ({hosted.status})")
+
+
+def launch_in_tmux(state: State, job: Job, tmux: Tmux) -> bool:
+    """Start the job's wrapper in its session; a session left by an ended job is replaced.
+
+    False when the session already runs this very job (nothing was started)."""
+    assert job.session is not None
+    # Only what the wrapper needs to find its job; the agent's own environment is in
+    # logs/<job>/agent.env and never passes through tmux's argv or its global environment.
+    env = {
+        "DELEGATE_JOB_ID": job.job_id,
+        "DELEGATE_HOME": str(state.layout.home),
+        SOCKET_ENV: tmux.socket_path,
+    }
+    sessions = inventory(state)
+    previous = sessions.get(job.session)
+    if previous is not None and previous.job_id != job.job_id:
+        check_session_free(state, job.session)
+    # Recorded before tmux starts: a fast job may end, and its supervisor look the session up,
+    # before tmux.start() even returns.
+    sessions.record_start(
+        job.session,
+        job_id=job.job_id,
+        agent=job.agent,
+        workdir=job.workdir,
+        pane_pid=None,
+        socket=tmux.socket_path,
+    )
+    wrapper = [sys.executable, "-m", "delegate.runtime.wrapper", job.job_id]
+    try:
+        panes = [p for p in tmux.panes(owned_only=False) if p.session == job.session]
+        running = [p for p in panes if p.job_id == job.job_id and not p.dead]
+        if running:
+            # This very job already runs there (a launcher we took for dead had launched it):
+            # respawning would kill it with SIGHUP. Adopt the pane instead.
+            sessions.set_pane_pid(job.session, running[0].pid)
+            return False
+        if panes:
+            # The session of an ended job (kept for inspection, or stopped to be resumed): the
+            # same tmux session goes on, its pane respawned, once what is left of that job ends.
+            old_job = previous.job_id if previous is not None else None
+            if old_job and old_job != job.job_id:
+                terminate([], processes_of_job(old_job), grace_s=2.0)
+            pane_pid = tmux.respawn(
+                job.session, wrapper, workdir=Path(job.workdir or "."), env=env, job_id=job.job_id
+            )
+        else:
+            pane_pid = tmux.start(
+                job.session, wrapper, workdir=Path(job.workdir or "."), env=env, job_id=job.job_id
+            )
+    except BaseException:
+        sessions.set_state(
+            job.session, SessionState.TERMINATED, reason="launch failed", job_id=job.job_id
+        )
+        raise
+    sessions.set_pane_pid(job.session, pane_pid)
+    return True
+
+
+def claim_and_launch(
+    state: State, job_id: str, *, expected_launcher: Mapping[str, Any] | None, cap: Caps
+) -> Job | None:
+    """Claim a queued (or abandoned pending) job and start it; None when not ours to start
+    (claimed by another, no slot free, or found already running in its session).
+
+    A launch that fails ends the job with `never_launched` and the reason.
+    """
+    job = state.registry.claim_launch(
+        job_id,
+        this_launcher(),
+        expected_launcher=dict(expected_launcher) if expected_launcher is not None else None,
+        may_start=start_policy(state, cap),
+    )
+    if job is None:
+        return None
+    try:
+        if job.host is not None:
+            from delegate.services.remote import assign
+
+            assign(state, job)  # its submit died before sending it; the host takes an id once
+            return job
+        started = launch_in_tmux(state, job, tmux_for(state, job))
+    except DelegateError as exc:
+        from delegate.core.model import JobState
+
+        state.registry.finish_if_open(job_id, JobState.ERROR, reason=f"never_launched: {exc}")
+        raise
+    return job if started else None
+
+
+def start_detached_supervisor(state: State, job_id: str) -> subprocess.Popen[bytes]:
+    """Start `python -m delegate.runtime.supervisor` detached, and return once it is subscribed."""
+    job_dir = state.audit.job_dir(job_id, create=True)
+    ready = job_dir / "subscriber.ready"
+    ready.unlink(missing_ok=True)
+    out = os.open(job_dir / "subscriber.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    err = os.open(job_dir / "subscriber.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    env = {**state.env, "DELEGATE_HOME": str(state.layout.home)}
+    try:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "delegate.runtime.supervisor",
+                job_id,
+                "--ready-file",
+                str(ready),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env=env,
+            start_new_session=True,  # outlives the terminal that submitted
+            close_fds=True,
+        )
+    finally:
+        os.close(out)
+        os.close(err)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    pause = 0.001
+    while not ready.exists():
+        if process.poll() is not None:
+            raise DelegateError(f"the subscriber for job {job_id} exited before it was ready")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise DelegateError(f"the subscriber for job {job_id} was not ready in time")
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.01)
+    return process

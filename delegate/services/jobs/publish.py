@@ -1,0 +1,163 @@
+"""Publishing one event for a job: allocate the seq, sign, send, audit, apply its transition.
+
+This is the hot path of every agent report, so it imports nothing heavy: no typer, no paho
+(unless the job lives on MQTT), no platformdirs when DELEGATE_HOME is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from delegate.adapters import audit
+from delegate.config.logsetup import get_logger
+from delegate.core.errors import BusError, DelegateError, PublishRefused, UsageError
+from delegate.core.model import EVENT_TARGET_STATE, EventType, validate_job_id
+from delegate.core.protocol import (
+    MAX_MESSAGE_BYTES,
+    build_envelope,
+    encode,
+    redact,
+    redact_data,
+    sign,
+)
+from delegate.services.state import State
+
+log = get_logger(__name__)
+
+
+def parse_event(name: str) -> EventType:
+    try:
+        return EventType(name)
+    except ValueError:
+        names = ", ".join(e.value for e in EventType)
+        raise UsageError(f"unknown event {name!r}; expected one of {names}") from None
+
+
+def parse_data(text: str | None) -> dict[str, Any]:
+    if text is None or text == "":
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--data is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(data, dict):
+        raise UsageError("--data must be a JSON object")
+    return data
+
+
+def resolve_job_id(job_id: str | None, env: dict[str, str] | Any) -> str:
+    job_id = job_id or env.get("DELEGATE_JOB_ID")
+    if not job_id:
+        raise UsageError("no job given: pass --job ID or set DELEGATE_JOB_ID")
+    return validate_job_id(job_id)
+
+
+def publish_event(
+    state: State,
+    job_id: str,
+    event_name: str,
+    *,
+    detail: str = "",
+    data: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Publish one signed event; return the envelope that went on the bus.
+
+    Raises UsageError for bad input (checked before a seq is spent), PublishRefused when the
+    job may not take the event, BusError when the bus did not acknowledge it.
+    """
+    validate_job_id(job_id)
+    event = parse_event(event_name)
+    job = state.registry.get(job_id)
+    safe_detail = redact(detail or "", secrets=(job.auth_token,))
+    data = redact_data(data, secrets=(job.auth_token,)) if data else data
+    try:
+        probe = encode(
+            sign(
+                build_envelope(
+                    job_id=job_id,
+                    seq=job.last_seq + 1,
+                    event=event.value,
+                    detail=safe_detail,
+                    data=data,
+                ),
+                job.auth_token,
+            )
+        )
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"cannot build the event: {exc}") from None
+    if len(probe) + 16 > MAX_MESSAGE_BYTES:  # 16: room for a longer seq
+        raise UsageError(f"the event is {len(probe)} bytes; the limit is {MAX_MESSAGE_BYTES}")
+
+    try:
+        job, seq = state.registry.next_seq(job_id, event)
+    except PublishRefused as exc:
+        # a report from an agent whose job ended (cancelled, stopped): refused, and on record
+        state.audit.append(job_id, "publish_refused", event=event.value, reason=exc.reason)
+        raise
+    envelope = sign(
+        build_envelope(job_id=job_id, seq=seq, event=event.value, detail=safe_detail, data=data),
+        job.auth_token,
+    )
+    try:
+        bus = state.open_bus_for(job)
+        try:
+            bus.publish(job_id, encode(envelope), retain=event.terminal)
+        finally:
+            bus.close()
+    except DelegateError as exc:
+        state.audit.append(job_id, "publish_failed", seq=seq, event=event.value, reason=str(exc))
+        if isinstance(exc, BusError):
+            raise
+        raise BusError(str(exc)) from None
+    state.audit.append(job_id, audit.PUBLISHED, seq=seq, event=event.value, envelope=envelope)
+    if event in EVENT_TARGET_STATE:
+        state.registry.apply_event(job_id, event, detail=safe_detail)
+    return envelope
+
+
+def publish_receipt(
+    state: State, *, job: str | None, event: str, detail: str = "", data: str | None = None
+) -> dict[str, object]:
+    """The one publish step both paths share: resolve the job, parse --data, publish."""
+    job_id = resolve_job_id(job, os.environ)
+    envelope = publish_event(state, job_id, event, detail=detail, data=parse_data(data))
+    return {"job_id": job_id, "seq": envelope["seq"], "event": envelope["event"]}
+
+
+def record_conversation(state: State, job_id: str, conversation_id: str) -> None:
+    job = state.registry.get(job_id)
+    if job.conversation_id != conversation_id:
+        state.registry.update(job_id, conversation_id=conversation_id)
+        state.audit.append(job_id, "conversation", conversation_id=conversation_id)
+
+
+def publish_own(event: str, detail: str, data: str) -> None:
+    """Publish an event of this process's own job (DELEGATE_JOB_ID), through the pane's wrapper
+    when there is one; coordination uses it to put its events on the job's bus."""
+    hook_request({"event": event, "detail": detail, "data": data})
+
+
+def hook_request(request: dict[str, object]) -> None:
+    path = os.environ.get("DELEGATE_PUBLISH_SOCKET")
+    if path:
+        from delegate.adapters.publish_socket import request as ask
+
+        answer = ask(path, request)
+        if answer is not None:
+            if not answer.get("ok"):
+                raise DelegateError(str(answer.get("message", "the wrapper refused")))
+            return
+    state = State.open()
+    if request.get("op") == "conversation":
+        job_id = os.environ.get("DELEGATE_JOB_ID") or ""
+        record_conversation(state, job_id, str(request["conversation_id"]))
+        return
+    publish_receipt(
+        state,
+        job=None,
+        event=str(request["event"]),
+        detail=str(request.get("detail") or ""),
+        data=str(request.get("data") or ""),
+    )

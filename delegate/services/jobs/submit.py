@@ -1,0 +1,495 @@
+"""Submitting a job to an agent in tmux, supervising it, and cancelling it.
+
+Order of a submit: register the job; write the prompt file; admit it under the cap (it may start
+now, or waits queued); start the subscriber and wait until it is subscribed (a ready file, no
+sleeping and hoping); start the wrapper in a tmux session. Whether the job has ended is never
+decided here: its events, `cancel` and the reconcile policy (through the supervising watcher)
+decide, and the exit status is read from the record.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from delegate.adapters.fsio import atomic_write
+from delegate.adapters.tmux import Tmux, TmuxUnreachable, validate_session_name
+from delegate.config.profiles import Profile, config_path, load_config, resolve
+from delegate.core.errors import DelegateError, StartFailed, UsageError, WaitInterrupted
+from delegate.core.model import Job, JobState, SessionState
+from delegate.core.policy import SESSION_PREFIX
+from delegate.services.jobs import agent_env
+from delegate.services.jobs.launch import (
+    caps,
+    check_session_free,
+    inventory,
+    launch_in_tmux,
+    start_detached_supervisor,
+    start_policy,
+    this_launcher,
+    tmux_for,
+)
+from delegate.services.jobs.register import register_job
+from delegate.services.jobs.watch import Watcher, WatchOutcome
+from delegate.services.state import State
+
+SKILL_FILE = Path(__file__).resolve().parents[2] / "skills" / "delegate-job" / "SKILL.md"
+__all__ = ["SESSION_PREFIX", "SubmitRequest", "SubmitResult", "cancel", "inventory", "submit"]
+
+
+class SubmitRequest(NamedTuple):
+    prompt: bytes
+    agent: str | None = None
+    cmd: str | None = None
+    workdir: Path | None = None
+    session: str | None = None
+    wall_timeout_s: float | None = None
+    idle_timeout_s: float | None = None
+    bus_url: str | None = None
+    idempotency_key: str | None = None
+    max_running: int | None = None
+    on_event: str | None = None
+    # `session resume`: continue this conversation with the profile's `resume` command
+    conversation_id: str | None = None
+    # an agent host launching an assignment: the delegator's job id, the token from the host key
+    job_id: str | None = None
+    token_for: Callable[[str], str] | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], prompt: bytes) -> SubmitRequest:
+        """The request a merged job file and flags describe (services/jobs/jobfile)."""
+        return cls(
+            prompt=prompt,
+            agent=settings["agent"],
+            cmd=settings["cmd"],
+            workdir=settings["workdir"],
+            session=settings["session"],
+            wall_timeout_s=settings["wall_timeout"],
+            idle_timeout_s=settings["idle_timeout"],
+            bus_url=settings["bus"],
+            idempotency_key=settings["idempotency_key"],
+            max_running=settings["max_running"],
+            on_event=settings["on_event"],
+        )
+
+
+class SubmitResult(NamedTuple):
+    job: Job
+    created: bool
+    outcome: WatchOutcome | None = None
+    queue_position: int | None = None
+
+
+def _check_max_running(request: SubmitRequest) -> None:
+    if request.max_running is not None and request.max_running < 1:
+        raise UsageError("--max-running must be a positive integer")
+
+
+def parse_on_event(text: str | None) -> list[str] | None:
+    """`--on-event CMD`: split into words as a shell would; it is never run by one."""
+    if text is None:
+        return None
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"--on-event cannot be split into words: {exc}") from None
+    if not argv:
+        raise UsageError("--on-event is empty")
+    if shutil.which(argv[0]) is None:  # refused now, not found out in the audit later
+        where = "is not an executable file" if "/" in argv[0] else "is not on PATH"
+        raise UsageError(f"--on-event: {argv[0]} {where}")
+    return argv
+
+
+HOOK_EVENTS = ("PermissionRequest", "Notification", "Stop", "SessionStart")
+
+
+def claude_settings() -> bytes:
+    """This job's Claude Code settings (passed with --settings; the user's own are never
+    edited): every hook we listen to calls this installation's `delegate hook`."""
+    import json
+
+    hook = str(Path(agent_env.toolkit_bin()) / "delegate") + " hook"
+    entry = [{"matcher": "", "hooks": [{"type": "command", "command": hook}]}]
+    return json.dumps({"hooks": {name: entry for name in HOOK_EVENTS}}, indent=2).encode()
+
+
+def check_run_as(user: str | None) -> None:
+    """`run_as`: the user must exist, and only root may start a process as someone else."""
+    if user is None:
+        return
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise UsageError(f"run_as: no user {user!r} on this machine") from None
+    if os.geteuid() != 0 and entry.pw_uid != os.geteuid():
+        raise UsageError(f"run_as {user!r} needs the wrapper to run as root")
+
+
+def queue_position(state: State, job_id: str) -> int | None:
+    """1 for the queued job that starts next, None when the job is not queued."""
+    queued = [j for j in state.registry.open_jobs() if j.status is JobState.QUEUED]
+    for position, job in enumerate(queued, 1):
+        if job.job_id == job_id:
+            return position
+    return None
+
+
+def preamble() -> str:
+    """The reporting instructions for AI agents: the skill file without its front matter."""
+    try:
+        text = SKILL_FILE.read_text(encoding="utf-8")
+    except OSError:
+        return "Report with `delegate publish --event progress|completed|error --detail TEXT`.\n"
+    if text.startswith("---"):
+        end = text.find("\n---", 3)
+        if end != -1:
+            text = text[end + 4 :]
+    return text.strip() + "\n"
+
+
+def build_prompt(profile: Profile, prompt: bytes) -> bytes:
+    if not profile.preamble:
+        return prompt
+    return preamble().encode("utf-8") + b"\n---\n\n" + prompt
+
+
+def submit(
+    state: State,
+    request: SubmitRequest,
+    *,
+    wait: bool,
+    emit: Callable[[dict[str, Any]], None] = lambda envelope: None,
+    tmux: Tmux | None = None,
+    note: Callable[[str], None] = lambda text: None,
+) -> SubmitResult:
+    config_file = config_path(state.layout.home, state.env)
+    profile = resolve(
+        agent=request.agent, cmd=request.cmd, config=load_config(config_file), source=config_file
+    )
+    workdir = (request.workdir or Path.cwd()).expanduser().absolute()
+    if not workdir.is_dir():
+        raise UsageError(f"--workdir {workdir} is not a directory")
+    _check_max_running(request)
+    notify = parse_on_event(request.on_event)
+    if request.session is not None:
+        validate_session_name(request.session)
+    tmux = tmux or Tmux.from_env(state.env)
+    tmux.prepare()  # an unusable socket folder is refused before any job exists
+    check_run_as(profile.run_as)
+    # Found now, on the agent's own PATH: a missing command is refused before any job exists.
+    profile = profile._replace(
+        command=tuple(agent_env.resolve_command(profile, agent_env.agent_path(profile, state.env)))
+    )
+    known = request.idempotency_key and state.registry.find_by_key(request.idempotency_key)
+    if request.session is not None and not known:
+        # Checked before anything is recorded: a refused submit leaves no job behind. (A job
+        # its idempotency key already names is followed, wherever it runs.)
+        check_session_free(state, request.session)
+
+    job, created = register_job(
+        state,
+        agent=profile.name,
+        command=" ".join(profile.command),
+        workdir=str(workdir),
+        session=request.session,
+        wall_timeout_s=request.wall_timeout_s,
+        idle_timeout_s=request.idle_timeout_s,
+        idempotency_key=request.idempotency_key,
+        bus_url=request.bus_url,
+        job_id=request.job_id,
+        token_for=request.token_for,
+    )
+    if not created:  # the same idempotency key: never launch twice
+        return _follow_existing(state, job, wait=wait, emit=emit, note=note)
+    session = request.session or f"{SESSION_PREFIX}{job.job_id}"
+    try:
+        if request.session is not None:
+            check_session_free(state, session)
+        job = _admit(state, job, profile, workdir, session, request, notify, tmux)
+    except BaseException as exc:
+        _end_unstarted(state, job.job_id, "launch_failed", exc)
+        raise
+    return _start(state, job, wait=wait, emit=emit, tmux=tmux, note=note)
+
+
+def submit_remote(
+    state: State,
+    request: SubmitRequest,
+    host: str,
+    *,
+    wait: bool,
+    emit: Callable[[dict[str, Any]], None] = lambda envelope: None,
+    note: Callable[[str], None] = lambda text: None,
+) -> SubmitResult:
+    """`submit --host NAME`: register here (the single source of truth) with the token derived
+    from the host key, start following the job, then publish its signed assignment. The host
+    resolves the profile and launches it in its own tmux."""
+    from delegate.core import hostproto
+    from delegate.services.remote import HostBook, assign, mqtt_settings, save_assignment
+
+    if request.agent is None and request.cmd is None:
+        raise UsageError("give --agent NAME or --cmd COMMAND")
+    if len(request.prompt) > hostproto.MAX_ASSIGNMENT:
+        raise UsageError(
+            f"the prompt is {len(request.prompt)} bytes, over the {hostproto.MAX_ASSIGNMENT}"
+            " bytes an assignment may carry"
+        )
+    _check_max_running(request)
+    notify = parse_on_event(request.on_event)  # run here, by whoever sees the event first
+    if request.session is not None:
+        validate_session_name(request.session)
+    key = HostBook(state).key(host)
+    mqtt_settings(state, request.bus_url)  # a broker is how the host is reached
+    job, created = register_job(
+        state,
+        agent=request.agent,
+        command=request.cmd,
+        workdir=str(request.workdir) if request.workdir else None,
+        session=None,
+        wall_timeout_s=request.wall_timeout_s,
+        idle_timeout_s=request.idle_timeout_s,
+        idempotency_key=request.idempotency_key,
+        bus_url=request.bus_url,
+        token_for=lambda job_id: hostproto.job_token(key, job_id),
+        host=host,
+        launcher=this_launcher(),  # until the assignment is sent, a crash here is noticed
+    )
+    if not created:
+        return _follow_existing(state, job, wait=wait, emit=emit, note=note)
+    if notify is not None:
+        job = state.registry.update(job.job_id, notify=notify)
+    save_assignment(state, job, request.prompt, request)
+    return _follow_and_start(
+        state,
+        job,
+        wait=wait,
+        emit=emit,
+        start=lambda: assign(state, job),
+        failure="assign_failed",
+        note=note,
+    )
+
+
+def _admit(
+    state: State,
+    job: Job,
+    profile: Profile,
+    workdir: Path,
+    session: str,
+    request: SubmitRequest,
+    notify: list[str] | None,
+    tmux: Tmux,
+) -> Job:
+    job_dir = state.audit.job_dir(job.job_id, create=True)
+    prompt_path = job_dir / "prompt"
+    atomic_write(prompt_path, build_prompt(profile, request.prompt))
+    settings_path = None
+    if profile.channel == "claude-stream":
+        settings_path = job_dir / "claude-settings.json"
+        atomic_write(settings_path, claude_settings())
+    launch = {
+        "argv": profile.argv(
+            prompt_file=prompt_path,
+            workdir=workdir,
+            job_id=job.job_id,
+            settings_file=settings_path,
+            conversation_id=request.conversation_id,
+        ),
+        "prompt": profile.prompt,
+        "prompt_path": str(prompt_path),
+        "clean_exit": profile.clean_exit,
+        "run_as": profile.run_as,
+        "channel": profile.channel,
+    }
+    job = state.registry.update(
+        job.job_id,
+        session=session,
+        tmux_socket=tmux.socket_path,
+        max_running=request.max_running,
+        notify=notify,
+        conversation_id=request.conversation_id,
+    )
+    env = agent_env.build(
+        state,
+        profile,
+        job_id=job.job_id,
+        bus_url=state.bus_url_for(job),
+        tmux_socket=tmux.socket_path,
+    )
+    agent_env.save(state, job.job_id, env)
+    return state.registry.admit(
+        job.job_id, launch, start_policy(state, caps(state)), this_launcher()
+    )
+
+
+def _start(
+    state: State,
+    job: Job,
+    *,
+    wait: bool,
+    emit: Callable[[dict[str, Any]], None],
+    tmux: Tmux,
+    note: Callable[[str], None],
+) -> SubmitResult:
+    position: list[int | None] = [None]
+
+    def start() -> None:
+        if job.status is JobState.QUEUED:  # a slot frees later: its supervisor launches it
+            position[0] = queue_position(state, job.job_id)
+        else:
+            launch_in_tmux(state, job, tmux)
+
+    result = _follow_and_start(
+        state, job, wait=wait, emit=emit, start=start, failure="launch_failed", note=note
+    )
+    return result._replace(queue_position=position[0])
+
+
+def _end_unstarted(state: State, job_id: str, failure: str, exc: BaseException) -> None:
+    """End a job that could not be started with `failure` and the cause's message; a
+    DelegateError cause is raised again as a StartFailed that says the job has ended."""
+    reason = f"{failure}: {exc}" if isinstance(exc, DelegateError) else failure
+    state.registry.finish_if_open(job_id, JobState.ERROR, reason=reason)
+    if isinstance(exc, DelegateError) and not isinstance(exc, StartFailed):
+        raise StartFailed(job_id, failure, exc) from exc
+
+
+def _follow_and_start(
+    state: State,
+    job: Job,
+    *,
+    wait: bool,
+    emit: Callable[[dict[str, Any]], None],
+    start: Callable[[], object],
+    failure: str,
+    note: Callable[[str], None],
+) -> SubmitResult:
+    """Start following the job (a watcher subscribed on construction, before the agent can say
+    anything, or a detached supervisor that returns once subscribed), then `start` it: launch
+    it here, or assign it to its host. A start that fails ends the job `failure`."""
+    watcher: Watcher | None = None
+    try:
+        if wait:
+            watcher = Watcher(
+                state, job.job_id, emit=emit, supervise=True, actor="submit", note=note
+            )
+        else:
+            start_detached_supervisor(state, job.job_id)
+        start()
+    except BaseException as exc:
+        if watcher is not None:
+            watcher.close()
+        _end_unstarted(state, job.job_id, failure, exc)
+        raise
+    if watcher is None:
+        return SubmitResult(state.registry.get(job.job_id), True, None)
+    return SubmitResult(state.registry.get(job.job_id), True, _wait_for(state, watcher))
+
+
+def _wait_for(state: State, watcher: Watcher) -> WatchOutcome:
+    """Follow the job to its end. Ctrl-C stops the waiting, not the job: a detached
+    supervisor takes over its deadlines, queue place and session, and WaitInterrupted says
+    how to follow or stop it."""
+    try:
+        return watcher.run()
+    except KeyboardInterrupt:
+        if not state.registry.get(watcher.job_id).status.terminal:
+            start_detached_supervisor(state, watcher.job_id)
+        raise WaitInterrupted(watcher.job_id) from None
+
+
+def _follow_existing(
+    state: State,
+    job: Job,
+    *,
+    wait: bool,
+    emit: Callable[[dict[str, Any]], None],
+    note: Callable[[str], None],
+) -> SubmitResult:
+    outcome = None
+    if wait:
+        watcher = Watcher(state, job.job_id, emit=emit, supervise=True, actor="submit", note=note)
+        outcome = _wait_for(state, watcher)
+    return SubmitResult(state.registry.get(job.job_id), False, outcome)
+
+
+def supervise(
+    state: State,
+    job_id: str,
+    *,
+    emit: Callable[[dict[str, Any]], None],
+    on_ready: Callable[[], None] = lambda: None,
+) -> WatchOutcome:
+    """The detached supervisor: a supervising watcher that outlives the terminal."""
+    watcher = Watcher(state, job_id, emit=emit, supervise=True, actor="supervisor")
+    try:
+        on_ready()
+    except BaseException:
+        watcher.close()
+        raise
+    return watcher.run()
+
+
+class CancelResult(NamedTuple):
+    job: Job
+    session_note: str | None = None  # set when the session could not be confirmed killed
+
+
+def cancel(state: State, job_id: str, *, tmux: Tmux | None = None) -> CancelResult:
+    """Cancel a job; if it runs in a session, kill the agent and its whole process tree.
+
+    The session lives on the job's recorded tmux server. When tmux cannot be reached there, the
+    job is still cancelled, but the session is not claimed terminated: the note says so.
+    """
+    job = state.registry.cancel(job_id)
+    if job.host:  # on an agent host: that host kills the agent and its process tree
+        from delegate.services.remote import cancel_remote
+
+        try:
+            cancel_remote(state, job)
+        except DelegateError as exc:
+            return CancelResult(job, f"host {job.host} was not told: {exc}")
+        return CancelResult(job)
+    if not job.session:
+        return CancelResult(job)
+    sessions = inventory(state)
+    row = sessions.get(job.session)
+    if row is None or row.job_id != job_id:
+        return CancelResult(job)
+    server = tmux or tmux_for(state, job)
+    try:
+        if server.view().status == "unreachable":
+            raise TmuxUnreachable(server.socket_path, server.view().reason)
+        server.kill(job.session, job_id=job_id)
+    except DelegateError as exc:
+        return CancelResult(job, f"session {job.session} was not confirmed terminated: {exc}")
+    sessions.set_state(
+        job.session, SessionState.TERMINATED, reason=f"job {job_id} cancelled", job_id=job_id
+    )
+    return CancelResult(job)
+
+
+def read_prompt(
+    *, text: str | None, file: Path | None, stdin: Any, env: Mapping[str, str] | None = None
+) -> bytes:
+    """`--prompt TEXT`, `--prompt -` (stdin) or `--prompt-file PATH`, as exact bytes."""
+    if text is not None and file is not None:
+        raise UsageError("give --prompt or --prompt-file, not both")
+    if file is not None:
+        try:
+            return file.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"cannot read --prompt-file {file}: {exc.strerror}") from None
+    if text == "-":
+        data: bytes = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read()
+        return data
+    if text is None:
+        raise UsageError("give --prompt TEXT, --prompt - (stdin) or --prompt-file PATH")
+    return text.encode("utf-8", "surrogateescape")
