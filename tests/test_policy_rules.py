@@ -24,8 +24,8 @@ from delegate.core.policy import (
     ENDED_BY_RECONCILE,
     Action,
     Caps,
+    PolicySettings,
     SeenEvent,
-    Settings,
     Snapshot,
     reconcile,
 )
@@ -103,7 +103,7 @@ def _random_pane(rnd: random.Random, session: str, job_id: str, ids: list[str]) 
     )
 
 
-def random_world(seed: int) -> tuple[Snapshot, Settings]:
+def random_world(seed: int) -> tuple[Snapshot, PolicySettings]:
     rnd = random.Random(seed)
     ids = [f"{rnd.randrange(16**8):08x}" for _ in range(rnd.randrange(0, 8))]
     jobs: list[Job] = []
@@ -147,7 +147,7 @@ def random_world(seed: int) -> tuple[Snapshot, Settings]:
         assigned_at={i: at(rnd.choice([10, 700])) for i in ids if rnd.random() < 0.4},
         queued_on_host=frozenset(i for i in ids if rnd.random() < 0.2),
     )
-    settings = Settings(
+    settings = PolicySettings(
         keep_finished_s=rnd.choice([600.0, 0.0, 1e9]),
         reap_orphans=rnd.random() < 0.5,
         caps=rnd.choice(

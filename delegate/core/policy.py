@@ -138,7 +138,10 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
-class Settings:
+class PolicySettings:
+    """What the policy is told rather than sees (named apart from the configuration's Settings,
+    which whoever runs the policy turns into these)."""
+
     keep_finished_s: float = DEFAULT_KEEP_FINISHED_S
     reap_orphans: bool = False
     caps: Caps | None = None  # None: whoever runs the policy reads them from delegate.toml
@@ -305,7 +308,7 @@ def _exited_reason(pane: Pane | None) -> str:
     return f"{AGENT_EXITED}: its pane is dead"
 
 
-def reconcile(snap: Snapshot, settings: Settings = Settings()) -> list[Action]:
+def reconcile(snap: Snapshot, settings: PolicySettings = PolicySettings()) -> list[Action]:
     """The actions that make jobs and sessions agree with what was seen. Pure: no I/O.
 
     Applying the same snapshot's actions twice changes nothing the second time, since every
