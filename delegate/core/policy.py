@@ -666,14 +666,12 @@ def orphan_sessions(facts: Facts) -> list[Action]:
     and name; killed too only with `reap_orphans`."""
     if not facts.settings.report_orphans:
         return []
-    closed = {s.name for s in facts.snap.closed_sessions}
+    # closed rows of sessions tmux still shows: being killed, or a kill that failed
+    known = {*facts.rows, *(s.name for s in facts.snap.closed_sessions)}
     actions: list[Action] = []
     for (socket, name), pane in sorted(facts.panes.items()):
-        if (
-            name in facts.rows
-            or name in closed
-            or not (pane.job_id or name.startswith(SESSION_PREFIX))
-        ):
+        ours = bool(pane.job_id) or name.startswith(SESSION_PREFIX)
+        if name in known or not ours:
             continue
         actions.append(
             ReportOrphan(
