@@ -21,10 +21,10 @@ from delegate.core.policy import (
     FailJob,
     KillSession,
     LaunchJob,
+    PolicySettings,
     ReportOrphan,
     SeenEvent,
     SetSession,
-    Settings,
     SkipSocket,
     Snapshot,
     deadline_passed,
@@ -210,14 +210,14 @@ def test_the_queue_starts_oldest_first_within_the_caps():
     def look(jobs, policy):
         return kinds(reconcile(snap(jobs, *live), policy))
 
-    assert look(world, Settings(caps=Caps(total=2))) == []
-    assert look(world, Settings(caps=Caps(total=3))) == [("launch_job", "00000010")]
-    assert look(world, Settings(caps=Caps())) == [("launch_job", q.job_id) for q in queued]
+    assert look(world, PolicySettings(caps=Caps(total=2))) == []
+    assert look(world, PolicySettings(caps=Caps(total=3))) == [("launch_job", "00000010")]
+    assert look(world, PolicySettings(caps=Caps())) == [("launch_job", q.job_id) for q in queued]
     # a job's own cap counts every running job; a profile cap only its own profile's
     own = [q._replace(max_running=3) for q in queued]
-    assert look(running + own, Settings()) == [("launch_job", "00000010")]
+    assert look(running + own, PolicySettings()) == [("launch_job", "00000010")]
     other = [q._replace(agent="claude") for q in queued]
-    capped = Settings(caps=Caps(per_agent={"claude": 1}))
+    capped = PolicySettings(caps=Caps(per_agent={"claude": 1}))
     assert look(running + other, capped) == [("launch_job", "00000010")]
 
 
@@ -238,7 +238,7 @@ def test_orphans_are_reported_and_killed_only_when_asked():
         ("dlg-stray", False),
         ("renamed", False),
     ]
-    reaped = reconcile(snap([], [stray]), Settings(reap_orphans=True))
+    reaped = reconcile(snap([], [stray]), PolicySettings(reap_orphans=True))
     assert [(type(a), a.kill) for a in reaped] == [(ReportOrphan, True)]
 
 
@@ -249,7 +249,9 @@ def test_finished_sessions_are_kept_then_removed():
     old = row(j, SessionState.STOPPED, updated=601)
     actions = reconcile(snap([j], [pane(j, dead=True, status=0)], [old]))
     assert kinds(actions) == [("kill_session", j.job_id)]
-    assert reconcile(snap([j], [pane(j, dead=True)], [old]), Settings(keep_finished_s=1e9)) == []
+    assert (
+        reconcile(snap([j], [pane(j, dead=True)], [old]), PolicySettings(keep_finished_s=1e9)) == []
+    )
 
 
 def test_a_row_whose_tmux_session_is_gone_is_terminated():
@@ -321,7 +323,7 @@ def worlds(draw):
 @settings(max_examples=300, deadline=None)
 @given(worlds(), st.sampled_from([Caps(), Caps(total=1), Caps(total=3)]))
 def test_a_second_pass_over_the_outcome_changes_nothing(world, caps):
-    policy = Settings(caps=caps)
+    policy = PolicySettings(caps=caps)
     first = reconcile(world, policy)
     after = apply(world, first)
     second = [a for a in reconcile(after, policy) if not isinstance(a, ReportOrphan)]

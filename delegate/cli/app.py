@@ -878,7 +878,7 @@ def monitor(
     One line per action on stdout (JSON with --json). SIGTERM stops it with exit 0.
     Example: delegate monitor --interval 5 --json
     """
-    from delegate.core.policy import Settings
+    from delegate.core.policy import PolicySettings
     from delegate.runtime.monitor import run_monitor
 
     if keep_finished < 0:
@@ -890,7 +890,7 @@ def monitor(
         else:
             print(done.sentence(), flush=True)
 
-    settings = Settings(keep_finished_s=keep_finished, reap_orphans=reap_orphans)
+    settings = PolicySettings(keep_finished_s=keep_finished, reap_orphans=reap_orphans)
     return run_monitor(_state(), once=once, interval_s=interval, settings=settings, report=report)
 
 

@@ -1,9 +1,13 @@
-"""The reconcile policy: whether jobs and sessions have ended, decided in one pure function.
+"""The reconcile policy: whether jobs and sessions have ended, decided by pure rules.
 
 `reconcile(snapshot, settings)` takes what one look at the world saw (open jobs, the tmux panes of
 each server from one query each, the session rows, accepted events, `now`) and returns the actions
 that make the books true (DESIGN 8). It does no I/O: the per-job supervisor and `delegate monitor`
 gather the snapshot and carry the actions out (services/reconciler.py), so both decide alike.
+It is six named rules (servers not asked, accepted events, open jobs, session rows, orphans,
+queued launches), each a function of the indexed snapshot (`Facts`) that can be tried alone;
+`reconcile` runs them in a fixed order, documented there, because the later ones read what the
+earlier ones decided.
 
 Deadlines come from the record (`started_at`, `last_event_at`, the budgets), never from when the
 caller started, so every caller computes the same instant.
@@ -14,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from delegate.core.model import (
     EVENT_TARGET_STATE,
@@ -138,7 +142,10 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
-class Settings:
+class PolicySettings:
+    """What the policy is told rather than sees (named apart from the configuration's Settings,
+    which whoever runs the policy turns into these)."""
+
     keep_finished_s: float = DEFAULT_KEEP_FINISHED_S
     reap_orphans: bool = False
     caps: Caps | None = None  # None: whoever runs the policy reads them from delegate.toml
@@ -305,31 +312,104 @@ def _exited_reason(pane: Pane | None) -> str:
     return f"{AGENT_EXITED}: its pane is dead"
 
 
-def reconcile(snap: Snapshot, settings: Settings = Settings()) -> list[Action]:
-    """The actions that make jobs and sessions agree with what was seen. Pure: no I/O.
+# --- the rules -----------------------------------------------------------------------------
+# Each rule is a pure function of the facts (and, for the later ones, of what the earlier ones
+# decided); `reconcile()` below runs them in a fixed order and says why that order.
 
-    Applying the same snapshot's actions twice changes nothing the second time, since every
-    action is a transition its executor makes only from the state the snapshot saw.
-    """
-    actions: list[Action] = []
-    jobs = {j.job_id: j for j in snap.jobs}
-    rows = {s.name: s for s in snap.sessions}
-    panes: dict[tuple[str, str], Pane] = {}
-    for socket, view in snap.views.items():
-        for pane in view.panes:
-            panes.setdefault((socket, pane.session), pane)
-    for socket, view in sorted(snap.views.items()):
-        if view.status == "unreachable":
-            actions.append(SkipSocket("skip_socket", None, view.reason, {}, socket=socket))
 
-    def socket_of(job: Job | None, row: Session | None) -> str | None:
+class Placement(NamedTuple):
+    """Where a job's session lives, as this look saw it: its own row, the socket, what the
+    server there showed (None: not asked), and its pane (None: absent or another job's)."""
+
+    row: Session | None
+    socket: str
+    view: TmuxView | None
+    pane: Pane | None
+
+    @property
+    def launched(self) -> bool:
+        return self.row is not None and (self.row.pane_pid is not None or self.pane is not None)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """The snapshot as the rules read it: jobs by id (as they stand after the events this pass
+    applies), live session rows by name (the last of a name), and the first pane each server
+    listed per session."""
+
+    snap: Snapshot
+    settings: PolicySettings
+    jobs: Mapping[str, Job]
+    rows: Mapping[str, Session]
+    panes: Mapping[tuple[str, str], Pane]
+
+    @classmethod
+    def of(
+        cls,
+        snap: Snapshot,
+        settings: PolicySettings = PolicySettings(),
+        jobs: Mapping[str, Job] | None = None,
+    ) -> Facts:
+        """Index `snap`; `jobs` replaces its jobs (default: the snapshot's, by id)."""
+        panes: dict[tuple[str, str], Pane] = {}
+        for socket, view in snap.views.items():
+            for pane in view.panes:
+                panes.setdefault((socket, pane.session), pane)
+        if jobs is None:
+            jobs = {j.job_id: j for j in snap.jobs}
+        return cls(snap, settings, jobs, {r.name: r for r in snap.sessions}, panes)
+
+    @property
+    def now(self) -> datetime:
+        return self.snap.now
+
+    def socket_of(self, job: Job | None, row: Session | None) -> str:
+        """The row's socket, else the job's, else where jobs without one live ("" if unknown)."""
         return (
             (row.socket if row else None)
             or (job.tmux_socket if job else None)
-            or (settings.default_socket)
+            or self.settings.default_socket
+            or ""
         )
 
-    # 1. accepted events: a state-changing event of an open job is applied
+    def placement(self, job: Job) -> Placement:
+        row = self.rows.get(job.session or "")
+        if row is not None and row.job_id != job.job_id:
+            row = None  # the name now hosts another job
+        socket = self.socket_of(job, row)
+        pane = self.panes.get((socket, job.session or ""))
+        if pane is not None and pane.job_id and pane.job_id != job.job_id:
+            pane = None  # marked for another job
+        return Placement(row, socket, self.snap.views.get(socket), pane)
+
+
+def _by_age(job: Job) -> tuple[str, str]:
+    return (job.created_at, job.job_id)
+
+
+# rule 1: servers tmux could not be asked -----------------------------------------------------
+
+
+def unreachable_servers(snap: Snapshot) -> list[Action]:
+    """A tmux server that could not be asked gets no verdict this pass; say why, per socket."""
+    return [
+        SkipSocket("skip_socket", None, view.reason, {}, socket=socket)
+        for socket, view in sorted(snap.views.items())
+        if view.status == "unreachable"
+    ]
+
+
+# rule 2: accepted events ---------------------------------------------------------------------
+
+
+def accepted_events(snap: Snapshot) -> tuple[list[Action], dict[str, Job]]:
+    """A state-changing event of an open job is applied, in the order received.
+
+    Returns the actions and the jobs as they stand after them (a job a `completed` or `error`
+    ended), which every later rule reads: a second terminal event of that job is not applied.
+    """
+    jobs = {j.job_id: j for j in snap.jobs}
+    actions: list[Action] = []
     for seen in snap.events:
         job = jobs.get(seen.job_id)
         try:
@@ -353,247 +433,316 @@ def reconcile(snap: Snapshot, settings: Settings = Settings()) -> list[Action]:
             jobs[seen.job_id] = job._replace(
                 status=JobState.COMPLETED if event is EventType.COMPLETED else JobState.ERROR
             )
+    return actions, jobs
 
-    ended_by_this_pass: set[str] = set()
-    killed: set[str] = set()
 
-    def fail(job: Job, reason: str, evidence: dict[str, Any], *, kill_row: Session | None) -> None:
-        actions.append(FailJob("fail_job", job.job_id, reason, evidence))
-        ended_by_this_pass.add(job.job_id)
-        if kill_row is not None and kill_row.name not in killed:
-            killed.add(kill_row.name)
-            sock = socket_of(job, kill_row) or ""
-            view = snap.views.get(sock)
-            if view is not None and view.status in ("gone", "unreachable"):
-                actions.append(
-                    SetSession(
-                        "set_session",
-                        job.job_id,
-                        f"job {job.job_id} {reason}",
-                        evidence,
-                        session=kill_row.name,
-                        state=SessionState.TERMINATED,
-                        follows_fail=True,
-                    )
-                )
-            else:
-                actions.append(
-                    KillSession(
-                        "kill_session",
-                        job.job_id,
-                        f"job {job.job_id} {reason}",
-                        evidence,
-                        session=kill_row.name,
-                        socket=sock,
-                        follows_fail=True,
-                    )
-                )
+# rule 3: open jobs, oldest first -------------------------------------------------------------
 
-    # 2. open jobs
-    for job in sorted(jobs.values(), key=lambda j: (j.created_at, j.job_id)):
-        if job.status.terminal or job.status is JobState.QUEUED:
-            continue
-        row = rows.get(job.session or "")
-        if row is not None and row.job_id != job.job_id:
-            row = None  # the name now hosts another job
-        job_socket = socket_of(job, row) or ""
-        job_view = snap.views.get(job_socket)
-        job_pane = panes.get((job_socket, job.session or ""))
-        if job_pane is not None and job_pane.job_id and job_pane.job_id != job.job_id:
-            job_pane = None
-        launched = row is not None and (row.pane_pid is not None or job_pane is not None)
-        now = snap.now
 
-        if job.host is not None:
-            # on an agent host: its own monitor watches the pane; here, whether the host is
-            # still heard from, and the deadlines
-            heard = snap.hosts.get(job.host)
-            if heard is not None and heard[0] >= heard[1]:
-                evidence = {
-                    "host": job.host,
-                    "silent_s": round(heard[0], 1),
-                    "lost_after_s": heard[1],
-                }
-                fail(job, HOST_LOST, evidence, kill_row=None)
-                continue
-            if job.status is JobState.RUNNING:
-                reason = deadline_passed(job, now)
-            elif job.job_id in snap.launchers_alive:
-                continue  # its submit is still assigning it
-            elif job.job_id not in snap.assigned_at:
-                actions.append(
-                    LaunchJob(
-                        "launch_job",
-                        job.job_id,
-                        "registered but never assigned (its launcher is gone)",
-                        {"host": job.host, "launcher": job.launcher},
-                        expected_launcher=job.launcher,
-                    )
-                )
-                continue
-            elif job.job_id in snap.queued_on_host:
-                continue  # waits for a slot there, under no deadline, as a local queued job
-            else:
-                # assigned, not started yet: measured from the assignment, as a local job is
-                # from its launch, so a host that never starts it does not keep it open
-                reason = deadline_passed(job, now, launched_at=snap.assigned_at[job.job_id])
-            if reason is not None:
-                fail(job, reason, _deadline_evidence(job, now), kill_row=None)
-            continue
-        if job.session is None:
-            # picked by an agent outside tmux: only the deadlines apply
-            reason = deadline_passed(job, snap.now) if job.status is JobState.RUNNING else None
-            if reason is not None:
-                fail(job, reason, _deadline_evidence(job, now), kill_row=None)
-            continue
-        if job.status is JobState.PENDING:
-            if not job.launch:
-                continue  # registered for `pick`, never for tmux: nothing to reconcile
-            if not launched:
-                if job.job_id in snap.launchers_alive:
-                    continue  # its launcher is still at it
-                if job_view is not None and job_view.status == "unreachable":
-                    continue
-                actions.append(
-                    LaunchJob(
-                        "launch_job",
-                        job.job_id,
-                        "registered but never launched (its launcher is gone)",
-                        {"launcher": job.launcher},
-                        expected_launcher=job.launcher,
-                    )
-                )
-                continue
-        # launched (pending before `started`, or running)
-        launched_at = row.updated_at if row is not None else None
-        if job_view is None:
-            # its server was not asked this time: only the record's deadlines can be judged
-            reason = deadline_passed(job, now, launched_at=launched_at)
-            if reason is not None:
-                fail(job, reason, _deadline_evidence(job, now), kill_row=row)
-            continue
-        if job_view.status == "unreachable":
-            continue  # no verdict; SkipSocket says why
-        if job_view.status == "gone":
-            fail(job, TMUX_GONE, {"socket": job_view.socket, "tmux": job_view.reason}, kill_row=row)
-            continue
-        if job_pane is None or job_pane.dead:
-            fail(job, _exited_reason(job_pane), _pane_evidence(job_pane, job_view), kill_row=row)
-            continue
-        reason = deadline_passed(job, now, launched_at=launched_at)
-        if reason is not None:
-            fail(job, reason, _deadline_evidence(job, now), kill_row=row)
-
-    # 3. session rows
-    for row in snap.sessions:
-        if row.name in killed:
-            continue
-        row_socket = socket_of(jobs.get(row.job_id or ""), row) or ""
-        row_view = snap.views.get(row_socket)
-        if row_view is None or row_view.status == "unreachable":
-            continue
-        row_pane = panes.get((row_socket, row.name))
-        job = jobs.get(row.job_id or "")
-        job_open = job is not None and not job.status.terminal
-        if row.job_id in ended_by_this_pass:
-            continue
-        if row_pane is None:
-            if not job_open:  # running, stopped or archived: the tmux session is gone
-                actions.append(
-                    SetSession(
-                        "set_session",
-                        row.job_id,
-                        "its tmux session is gone",
-                        {"row_socket": row_socket, "tmux": row_view.status},
-                        session=row.name,
-                        state=SessionState.TERMINATED,
-                    )
-                )
-            continue
-        kill_reason = None
-        if row.state is SessionState.RUNNING and job is not None:
-            if job.status is JobState.ERROR and (job.error or "").startswith(ENDED_BY_RECONCILE):
-                # failed by a pass (maybe another caller's, maybe one that crashed before its
-                # kill): the kill that goes with that verdict is still due
-                kill_reason = f"job {row.job_id} {job.error}"
-            elif job.status is JobState.CANCELLED:
-                # a cancel whose kill is under way, or could not reach tmux: finish it (a
-                # session stop sets its own state before it cancels, so it never comes here)
-                kill_reason = f"job {row.job_id} cancelled; its agent was still running"
-        if kill_reason is not None:
-            actions.append(
-                KillSession(
-                    "kill_session",
-                    row.job_id,
-                    kill_reason,
-                    _pane_evidence(row_pane, row_view),
-                    session=row.name,
-                    socket=row_socket,
-                )
+def fail_actions(
+    job: Job, reason: str, evidence: dict[str, Any], facts: Facts, *, kill_row: Session | None
+) -> list[Action]:
+    """Fail `job`; with `kill_row`, end its session too: recorded terminated where its server is
+    gone or cannot be asked, else killed."""
+    actions: list[Action] = [FailJob("fail_job", job.job_id, reason, evidence)]
+    if kill_row is None:
+        return actions
+    socket = facts.socket_of(job, kill_row)
+    view = facts.snap.views.get(socket)
+    why = f"job {job.job_id} {reason}"
+    if view is not None and view.status in ("gone", "unreachable"):
+        actions.append(
+            SetSession(
+                "set_session",
+                job.job_id,
+                why,
+                evidence,
+                session=kill_row.name,
+                state=SessionState.TERMINATED,
+                follows_fail=True,
             )
-        elif row.state is SessionState.RUNNING and job is not None and job.status.terminal:
-            actions.append(
-                SetSession(
-                    "set_session",
-                    row.job_id,
-                    f"job {row.job_id} {job.status.value}",
-                    {"job_status": job.status.value},
-                    session=row.name,
-                    state=SessionState.STOPPED,
-                )
+        )
+    else:
+        actions.append(
+            KillSession(
+                "kill_session",
+                job.job_id,
+                why,
+                evidence,
+                session=kill_row.name,
+                socket=socket,
+                follows_fail=True,
             )
-        elif row.state is SessionState.STOPPED and not job_open:
-            kept = _seconds_since(row.updated_at, snap.now) or 0.0
-            if kept >= settings.keep_finished_s:
-                actions.append(
-                    KillSession(
-                        "kill_session",
-                        row.job_id,
-                        f"finished, kept {settings.keep_finished_s:g} s for inspection",
-                        {"stopped_at": row.updated_at},
-                        session=row.name,
-                        socket=row_socket,
-                    )
-                )
+        )
+    return actions
 
-    # 4. orphans: toolkit sessions no live row knows
-    if settings.report_orphans:
-        closed_names = {s.name for s in snap.closed_sessions}
-        for (socket, name), pane in sorted(panes.items()):
-            if name in rows or name in closed_names:
-                continue
-            if not (pane.job_id or name.startswith(SESSION_PREFIX)):
-                continue
-            actions.append(
-                ReportOrphan(
-                    "orphan",
-                    pane.job_id or None,
-                    "no session record knows it",
-                    {"socket": socket, "job_mark": pane.job_id},
-                    session=name,
-                    socket=socket,
-                    kill=settings.reap_orphans,
-                )
+
+def _fail_if_late(
+    job: Job, reason: str | None, facts: Facts, *, kill_row: Session | None = None
+) -> list[Action]:
+    if reason is None:
+        return []
+    return fail_actions(job, reason, _deadline_evidence(job, facts.now), facts, kill_row=kill_row)
+
+
+def judge_remote_job(job: Job, facts: Facts) -> list[Action]:
+    """A job on an agent host: its own monitor watches the pane; here, whether the host is still
+    heard from, whether the job was ever assigned, and the deadlines."""
+    snap = facts.snap
+    heard = snap.hosts.get(job.host or "")
+    if heard is not None and heard[0] >= heard[1]:
+        evidence = {"host": job.host, "silent_s": round(heard[0], 1), "lost_after_s": heard[1]}
+        return fail_actions(job, HOST_LOST, evidence, facts, kill_row=None)
+    if job.status is JobState.RUNNING:
+        return _fail_if_late(job, deadline_passed(job, facts.now), facts)
+    if job.job_id in snap.launchers_alive:
+        return []  # its submit is still assigning it
+    if job.job_id not in snap.assigned_at:
+        return [
+            LaunchJob(
+                "launch_job",
+                job.job_id,
+                "registered but never assigned (its launcher is gone)",
+                {"host": job.host, "launcher": job.launcher},
+                expected_launcher=job.launcher,
             )
-
-    # 5. queued jobs, oldest first, while the cap allows
-    if settings.launch_queued:
-        open_now = [
-            j for j in jobs.values() if not j.status.terminal and j.job_id not in ended_by_this_pass
         ]
-        # sessions this pass stops or kills free their slots; the executor carries those
-        # actions out before the launches that follow them
-        closing = {a.session for a in actions if isinstance(a, (SetSession, KillSession))}
-        busy = busy_sessions([r for r in snap.sessions if r.name not in closing])
-        for job in sorted(open_now, key=lambda j: (j.created_at, j.job_id)):
-            if job.status is not JobState.QUEUED:
-                continue
-            others = [j for j in open_now if j.job_id != job.job_id]
-            if not may_start(job, others, settings.caps or Caps(), busy):
-                continue
-            actions.append(
-                LaunchJob("launch_job", job.job_id, "a slot is free", {}, expected_launcher=None)
+    if job.job_id in snap.queued_on_host:
+        return []  # waits for a slot there, under no deadline, as a local queued job
+    # assigned, not started yet: measured from the assignment, as a local job is from its
+    # launch, so a host that never starts it does not keep it open
+    assigned = snap.assigned_at[job.job_id]
+    return _fail_if_late(job, deadline_passed(job, facts.now, launched_at=assigned), facts)
+
+
+def judge_job_outside_tmux(job: Job, facts: Facts) -> list[Action]:
+    """A job picked by an agent outside tmux: only the deadlines of a running one apply."""
+    reason = deadline_passed(job, facts.now) if job.status is JobState.RUNNING else None
+    return _fail_if_late(job, reason, facts)
+
+
+def judge_unlaunched_job(job: Job, placed: Placement, facts: Facts) -> list[Action]:
+    """A pending job with a launch spec and no session yet: launched again when its launcher
+    died before launching it (never while it lives, nor while its server cannot be asked)."""
+    if job.job_id in facts.snap.launchers_alive:
+        return []  # its launcher is still at it
+    if placed.view is not None and placed.view.status == "unreachable":
+        return []
+    return [
+        LaunchJob(
+            "launch_job",
+            job.job_id,
+            "registered but never launched (its launcher is gone)",
+            {"launcher": job.launcher},
+            expected_launcher=job.launcher,
+        )
+    ]
+
+
+def judge_job_in_tmux(job: Job, placed: Placement, facts: Facts) -> list[Action]:
+    """A launched job (pending before `started`, or running) in a local tmux session: failed
+    when its server is gone, its pane is gone or dead, or a deadline passed."""
+    row, view, pane = placed.row, placed.view, placed.pane
+    launched_at = row.updated_at if row is not None else None
+    if view is None:
+        # its server was not asked this time: only the record's deadlines can be judged
+        reason = deadline_passed(job, facts.now, launched_at=launched_at)
+        return _fail_if_late(job, reason, facts, kill_row=row)
+    if view.status == "unreachable":
+        return []  # no verdict; SkipSocket says why
+    if view.status == "gone":
+        evidence = {"socket": view.socket, "tmux": view.reason}
+        return fail_actions(job, TMUX_GONE, evidence, facts, kill_row=row)
+    if pane is None or pane.dead:
+        evidence = _pane_evidence(pane, view)
+        return fail_actions(job, _exited_reason(pane), evidence, facts, kill_row=row)
+    reason = deadline_passed(job, facts.now, launched_at=launched_at)
+    return _fail_if_late(job, reason, facts, kill_row=row)
+
+
+def judge_open_job(job: Job, facts: Facts) -> list[Action]:
+    """The verdict on one open, not queued job: which of the judges above it falls to."""
+    if job.host is not None:
+        return judge_remote_job(job, facts)
+    if job.session is None:
+        return judge_job_outside_tmux(job, facts)
+    if job.status is JobState.PENDING and not job.launch:
+        return []  # registered for `pick`, never for tmux: nothing to reconcile
+    placed = facts.placement(job)
+    if job.status is JobState.PENDING and not placed.launched:
+        return judge_unlaunched_job(job, placed, facts)
+    return judge_job_in_tmux(job, placed, facts)
+
+
+def open_job_verdicts(facts: Facts) -> list[Action]:
+    """Every open job but the queued ones, oldest first (ties by id), judged alone."""
+    actions: list[Action] = []
+    for job in sorted(facts.jobs.values(), key=_by_age):
+        if not job.status.terminal and job.status is not JobState.QUEUED:
+            actions.extend(judge_open_job(job, facts))
+    return actions
+
+
+# rule 4: session rows ------------------------------------------------------------------------
+
+
+def _kill_still_due(row: Session, job: Job | None) -> str | None:
+    """Why a running session of an ended job must still be killed, or None."""
+    if row.state is not SessionState.RUNNING or job is None:
+        return None
+    if job.status is JobState.ERROR and (job.error or "").startswith(ENDED_BY_RECONCILE):
+        # failed by a pass (maybe another caller's, maybe one that crashed before its kill):
+        # the kill that goes with that verdict is still due
+        return f"job {row.job_id} {job.error}"
+    if job.status is JobState.CANCELLED:
+        # a cancel whose kill is under way, or could not reach tmux: finish it (a session stop
+        # sets its own state before it cancels, so it never comes here)
+        return f"job {row.job_id} cancelled; its agent was still running"
+    return None
+
+
+def _kept_long_enough(row: Session, socket: str, facts: Facts) -> list[Action]:
+    """A stopped session of an ended job, killed once kept `keep_finished_s` for inspection."""
+    keep = facts.settings.keep_finished_s
+    if (_seconds_since(row.updated_at, facts.now) or 0.0) < keep:
+        return []
+    why = f"finished, kept {keep:g} s for inspection"
+    evidence = {"stopped_at": row.updated_at}
+    return [KillSession("kill_session", row.job_id, why, evidence, session=row.name, socket=socket)]
+
+
+def judge_session_row(row: Session, facts: Facts) -> list[Action]:
+    """One live row: terminated when its tmux session is gone (and its job is not open), a kill
+    still due carried out, stopped when its job ended, killed once kept long enough."""
+    job = facts.jobs.get(row.job_id or "")
+    socket = facts.socket_of(job, row)
+    view = facts.snap.views.get(socket)
+    if view is None or view.status == "unreachable":
+        return []
+    pane = facts.panes.get((socket, row.name))
+    job_open = job is not None and not job.status.terminal
+    if pane is None:
+        if job_open:
+            return []
+        why = "its tmux session is gone"
+        evidence = {"row_socket": socket, "tmux": view.status}
+        state = SessionState.TERMINATED
+        return [SetSession("set_session", row.job_id, why, evidence, session=row.name, state=state)]
+    kill_reason = _kill_still_due(row, job)
+    if kill_reason is not None:
+        evidence = _pane_evidence(pane, view)
+        return [
+            KillSession(
+                "kill_session", row.job_id, kill_reason, evidence, session=row.name, socket=socket
             )
-            index = open_now.index(job)
-            open_now[index] = job._replace(status=JobState.PENDING)
+        ]
+    if row.state is SessionState.RUNNING and job is not None and job.status.terminal:
+        why = f"job {row.job_id} {job.status.value}"
+        evidence = {"job_status": job.status.value}
+        state = SessionState.STOPPED
+        return [SetSession("set_session", row.job_id, why, evidence, session=row.name, state=state)]
+    if row.state is SessionState.STOPPED and not job_open:
+        return _kept_long_enough(row, socket, facts)
+    return []
+
+
+def session_row_actions(facts: Facts, verdicts: Sequence[Action] = ()) -> list[Action]:
+    """Every live row, in the snapshot's order, except the rows `verdicts` (rule 3's actions)
+    already end: those of jobs failed this pass, and sessions killed or closed with them."""
+    ended = {a.job_id for a in verdicts if isinstance(a, FailJob)}
+    closed = {a.session for a in verdicts if isinstance(a, (SetSession, KillSession))}
+    actions: list[Action] = []
+    for row in facts.snap.sessions:
+        if row.name not in closed and row.job_id not in ended:
+            actions.extend(judge_session_row(row, facts))
+    return actions
+
+
+# rule 5: orphans -----------------------------------------------------------------------------
+
+
+def orphan_sessions(facts: Facts) -> list[Action]:
+    """Toolkit sessions (marked with a job, or named `dlg-...`) that no record knows, by socket
+    and name; killed too only with `reap_orphans`."""
+    if not facts.settings.report_orphans:
+        return []
+    # closed rows of sessions tmux still shows: being killed, or a kill that failed
+    known = {*facts.rows, *(s.name for s in facts.snap.closed_sessions)}
+    actions: list[Action] = []
+    for (socket, name), pane in sorted(facts.panes.items()):
+        ours = bool(pane.job_id) or name.startswith(SESSION_PREFIX)
+        if name in known or not ours:
+            continue
+        actions.append(
+            ReportOrphan(
+                "orphan",
+                pane.job_id or None,
+                "no session record knows it",
+                {"socket": socket, "job_mark": pane.job_id},
+                session=name,
+                socket=socket,
+                kill=facts.settings.reap_orphans,
+            )
+        )
+    return actions
+
+
+# rule 6: queued jobs under the caps ----------------------------------------------------------
+
+
+def queued_launches(facts: Facts, earlier: Sequence[Action] = ()) -> list[Action]:
+    """Queued jobs, oldest first, while the caps allow (`launch_queued`).
+
+    `earlier`: what this pass decided before. Jobs it failed hold no slot; sessions it stops or
+    kills free theirs, since the executor carries those actions out before the launches.
+    """
+    if not facts.settings.launch_queued:
+        return []
+    ended = {a.job_id for a in earlier if isinstance(a, FailJob)}
+    open_now = [j for j in facts.jobs.values() if not j.status.terminal and j.job_id not in ended]
+    closing = {a.session for a in earlier if isinstance(a, (SetSession, KillSession))}
+    busy = busy_sessions([r for r in facts.snap.sessions if r.name not in closing])
+    caps = facts.settings.caps or Caps()
+    actions: list[Action] = []
+    for job in sorted(open_now, key=_by_age):
+        if job.status is not JobState.QUEUED:
+            continue
+        others = [j for j in open_now if j.job_id != job.job_id]
+        if not may_start(job, others, caps, busy):
+            continue
+        actions.append(
+            LaunchJob("launch_job", job.job_id, "a slot is free", {}, expected_launcher=None)
+        )
+        open_now[open_now.index(job)] = job._replace(status=JobState.PENDING)  # holds a slot now
+    return actions
+
+
+# --- the policy ------------------------------------------------------------------------------
+
+
+def reconcile(snap: Snapshot, settings: PolicySettings = PolicySettings()) -> list[Action]:
+    """The actions that make jobs and sessions agree with what was seen. Pure: no I/O.
+
+    The rules run in this order, and their actions are returned in it:
+    1. `unreachable_servers`: first, so the reason nothing on a server is judged comes first.
+    2. `accepted_events`: before any verdict, so a job that reported its own end is not failed
+       for the pane its agent left behind, and its session is stopped in the same pass.
+    3. `open_job_verdicts`: host lost, tmux gone, agent exited, deadlines, never launched.
+    4. `session_row_actions`: after 3, which it must not repeat (a session killed with its job).
+    5. `orphan_sessions`.
+    6. `queued_launches`: last, so the slots that 3 and 4 free are free, and the executor has
+       stopped those sessions before it launches.
+
+    Applying the same snapshot's actions twice changes nothing the second time, since every
+    action is a transition its executor makes only from the state the snapshot saw.
+    """
+    actions = unreachable_servers(snap)
+    applied, jobs = accepted_events(snap)
+    actions += applied
+    facts = Facts.of(snap, settings, jobs)
+    verdicts = open_job_verdicts(facts)
+    actions += verdicts
+    actions += session_row_actions(facts, verdicts)
+    actions += orphan_sessions(facts)
+    actions += queued_launches(facts, actions)
     return actions

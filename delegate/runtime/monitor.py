@@ -24,7 +24,7 @@ from delegate.adapters.bus import Subscription, open_bus
 from delegate.config.logsetup import get_logger
 from delegate.core.errors import DelegateError
 from delegate.core.model import EVENT_TARGET_STATE, EventType, Job, JobState
-from delegate.core.policy import HOST_LOST, SeenEvent, Settings, next_deadline_s
+from delegate.core.policy import HOST_LOST, PolicySettings, SeenEvent, next_deadline_s
 from delegate.core.protocol import Accepted, Receiver
 from delegate.services.jobs.notify import notify, wait_for_notifiers
 from delegate.services.reconciler import Done, Reconciler
@@ -42,7 +42,7 @@ class Monitor:
         state: State,
         *,
         interval_s: float = DEFAULT_INTERVAL_S,
-        settings: Settings | None = None,
+        settings: PolicySettings | None = None,
         report: Callable[[Done], None] = lambda done: None,
     ) -> None:
         self.state = state
@@ -306,7 +306,7 @@ def run_monitor(
     *,
     once: bool,
     interval_s: float,
-    settings: Settings,
+    settings: PolicySettings,
     report: Callable[[Done], None],
 ) -> int:
     """Run the monitor until SIGTERM/SIGINT (exit 0), or one pass with `once`."""

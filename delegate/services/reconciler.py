@@ -27,10 +27,10 @@ from delegate.core.policy import (
     FailJob,
     KillSession,
     LaunchJob,
+    PolicySettings,
     ReportOrphan,
     SeenEvent,
     SetSession,
-    Settings,
     SkipSocket,
     Snapshot,
     reconcile,
@@ -82,7 +82,7 @@ class Reconciler:
         self,
         state: State,
         *,
-        settings: Settings | None = None,
+        settings: PolicySettings | None = None,
         actor: str = "monitor",
         report: Callable[[Done], None] = lambda done: None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -92,7 +92,7 @@ class Reconciler:
         self.report = report
         self.now = now
         self.default_socket = socket_path_for(state.env.get("DELEGATE_TMUX_SOCKET"), state.env)
-        self.settings = replace(settings or Settings(), default_socket=self.default_socket)
+        self.settings = replace(settings or PolicySettings(), default_socket=self.default_socket)
         self.tmux_queries = 0  # for the benchmark: tmux processes started by passes
         self.last_snapshot: Snapshot | None = None
         self._tmux: dict[str, Tmux] = {}
