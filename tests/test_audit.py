@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 from delegate.adapters.audit import AuditLog, parse_line
+from delegate.services.jobs.finish import end_job
 from delegate.services.logs import follow_log
 from delegate.services.state import State
 
@@ -62,7 +63,7 @@ def test_status_and_meta_follow_the_registry(state: State):
     from delegate.core.model import JobState
 
     state.registry.transition(job.job_id, JobState.RUNNING)
-    state.registry.transition(job.job_id, JobState.ERROR, reason="launch_failed")
+    end_job(state, job.job_id, JobState.ERROR, reason="launch_failed")
     status = state.audit.read_status(job.job_id)
     assert status is not None and status["status"] == "error" and status["error"] == "launch_failed"
 

@@ -20,6 +20,7 @@ import pytest
 
 from delegate.core import hostproto
 from delegate.core.model import JobState
+from delegate.services.jobs.finish import end_job
 from delegate.services.remote import HostBook
 from delegate.services.state import State
 
@@ -564,7 +565,7 @@ def test_a_host_forgets_what_can_no_longer_matter_when_it_starts(sides: Sides, t
     there.registry.register(agent="shell", job_id="0000aaaa")  # still open
     ended, _ = there.registry.register(agent="shell", job_id="0000bbbb")
     there.registry.transition(ended.job_id, JobState.RUNNING)
-    there.registry.finish_if_open(ended.job_id, JobState.COMPLETED, reason=None)
+    end_job(there, ended.job_id, JobState.COMPLETED)
     later = int(time.time() * 1000) + 8 * 86_400_000  # the service starts 8 days on
     server = HostServer(
         there, "h1", bytes.fromhex(sides.key), workdir=tmp_path, now_ms=lambda: later

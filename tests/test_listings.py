@@ -12,6 +12,7 @@ from delegate.adapters.terminal import Column, fit_widths
 from delegate.coord import heartbeats
 from delegate.core.model import JobState
 from delegate.services.coord import open_coord
+from delegate.services.jobs.finish import end_job
 from delegate.services.state import State
 
 from .helpers import cli_env, delegate_cmd, json_lines, run_cli
@@ -65,11 +66,13 @@ def _jobs_in_every_state(home: Path, count: int = 30) -> dict[str, JobState]:
             registry.transition(job.job_id, JobState.RUNNING)
             _publish_entry(state, job.job_id, 1, "started", "booting the very long agent " * 4)
         if kind is JobState.COMPLETED:
-            registry.transition(job.job_id, JobState.COMPLETED)
+            end_job(state, job.job_id, JobState.COMPLETED)
         elif kind is JobState.ERROR:
-            registry.transition(job.job_id, JobState.ERROR, reason=LONG_REASON)
+            end_job(state, job.job_id, JobState.ERROR, reason=LONG_REASON)
         elif kind is JobState.CANCELLED:
-            registry.cancel(job.job_id, reason="session stop --mode hard by a person")
+            end_job(
+                state, job.job_id, JobState.CANCELLED, reason="session stop --mode hard by a person"
+            )
         made[job.job_id] = kind
     return made
 

@@ -20,6 +20,7 @@ from delegate.adapters.sessions_db import SessionInventory
 from delegate.core.model import JobState
 from delegate.core.timefmt import parse_timestamp
 from delegate.services.jobs.publish import publish_event
+from delegate.services.jobs.submit import cancel as cancel_job
 from delegate.services.jobs.watch import Watcher, exit_code_for
 from delegate.services.state import State
 
@@ -106,7 +107,7 @@ def _race_once(state: State, cancel_delay_s: float):
         barrier.wait()
         time.sleep(cancel_delay_s)
         with contextlib.suppress(IllegalTransition):  # the completion was first
-            state.registry.cancel(job.job_id)
+            cancel_job(state, job.job_id)
 
     racers = [threading.Thread(target=complete), threading.Thread(target=cancel)]
     for racer in racers:

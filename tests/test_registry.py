@@ -24,6 +24,8 @@ from delegate.core.errors import (
     PublishRefused,
 )
 from delegate.core.model import EventType, Job, JobState
+from delegate.services.jobs.finish import end_by_event, end_job
+from delegate.services.jobs.submit import cancel as cancel_job
 from delegate.services.state import State
 
 
@@ -65,22 +67,22 @@ def test_a_key_whose_record_was_never_written_is_completed(state: State):
 def test_illegal_transitions_raise_and_change_nothing(state: State):
     job, _ = state.registry.register()
     state.registry.transition(job.job_id, JobState.RUNNING)
-    state.registry.transition(job.job_id, JobState.COMPLETED)
+    end_job(state, job.job_id, JobState.COMPLETED)
     before = state.registry.path_for(job.job_id).read_bytes()
     for target in JobState:
         with pytest.raises(IllegalTransition):
             state.registry.transition(job.job_id, target)
-    assert state.registry.path_for(job.job_id).read_bytes() == before
     with pytest.raises(IllegalTransition):
-        state.registry.cancel(job.job_id)
+        cancel_job(state, job.job_id)
+    assert state.registry.path_for(job.job_id).read_bytes() == before
 
 
 def test_cancel_pending_and_running(state: State):
     a, _ = state.registry.register()
     b, _ = state.registry.register()
     state.registry.transition(b.job_id, JobState.RUNNING)
-    assert state.registry.cancel(a.job_id).status is JobState.CANCELLED
-    assert state.registry.cancel(b.job_id).status is JobState.CANCELLED
+    assert cancel_job(state, a.job_id).job.status is JobState.CANCELLED
+    assert cancel_job(state, b.job_id).job.status is JobState.CANCELLED
     assert state.registry.pick("w") is None  # a cancelled job is not picked
 
 
@@ -94,7 +96,7 @@ def test_next_seq_counts_and_refuses_after_the_end(state: State):
     state.registry.apply_event(job.job_id, EventType.STARTED)
     assert state.registry.next_seq(job.job_id, EventType.PROGRESS)[1] == 2
     assert state.registry.next_seq(job.job_id, EventType.COMPLETED)[1] == 3
-    state.registry.apply_event(job.job_id, EventType.COMPLETED)
+    end_by_event(state, job.job_id, EventType.COMPLETED)
     with pytest.raises(PublishRefused, match="already completed"):
         state.registry.next_seq(job.job_id, EventType.PROGRESS)
     assert state.registry.get(job.job_id).last_seq == 3
@@ -105,15 +107,28 @@ def test_apply_event_is_idempotent(state: State):
     assert state.registry.apply_event(job.job_id, EventType.STARTED)[1]
     assert not state.registry.apply_event(job.job_id, EventType.STARTED)[1]
     assert not state.registry.apply_event(job.job_id, EventType.PROGRESS)[1]
-    done, changed = state.registry.apply_event(job.job_id, EventType.ERROR, detail="boom")
+    done, changed = end_by_event(state, job.job_id, EventType.ERROR, detail="boom")
     assert changed and done.status is JobState.ERROR and done.error == "agent_error: boom"
-    assert not state.registry.apply_event(job.job_id, EventType.COMPLETED)[1]
+    assert not end_by_event(state, job.job_id, EventType.COMPLETED).changed
     assert state.registry.get(job.job_id).status is JobState.ERROR
+
+
+@pytest.mark.parametrize("event", [EventType.COMPLETED, EventType.ERROR], ids=str)
+def test_apply_event_is_no_second_door_to_the_end(state: State, event: EventType):
+    """A terminal event goes through finish.end_job (Registry.record_end), never apply_event; nor
+    does a terminal transition."""
+    job, _ = state.registry.register()
+    state.registry.apply_event(job.job_id, EventType.STARTED)
+    with pytest.raises(ValueError, match="ends the job"):
+        state.registry.apply_event(job.job_id, event)
+    with pytest.raises(ValueError, match="ends the job"):
+        state.registry.transition(job.job_id, JobState.COMPLETED)
+    assert state.registry.get(job.job_id).status is JobState.RUNNING
 
 
 def test_completed_while_pending_passes_through_running(state: State):
     job, _ = state.registry.register()
-    state.registry.apply_event(job.job_id, EventType.COMPLETED)
+    end_by_event(state, job.job_id, EventType.COMPLETED)
     changes = state.audit.read_events(job.job_id, kind="status_changed")
     assert [(c["previous"], c["status"]) for c in changes] == [
         ("pending", "running"),
@@ -144,7 +159,7 @@ def test_bad_ids_are_refused_before_any_path_is_built(state: State, bad: str, mo
         lambda: state.registry.get(bad),
         lambda: state.registry.transition(bad, JobState.RUNNING),
         lambda: state.registry.next_seq(bad, EventType.STARTED),
-        lambda: state.registry.cancel(bad),
+        lambda: state.registry.record_end(bad, JobState.CANCELLED),
         lambda: state.audit.append(bad, "registered"),
     ):
         with pytest.raises(InvalidJobId):

@@ -342,10 +342,13 @@ class Registry:
             return None
 
     def transition(self, job_id: str, target: JobState, *, reason: str | None = None) -> Job:
-        """Move a job to `target`; raise IllegalTransition when the table forbids it."""
+        """Move a job to an open state `target`; raise IllegalTransition when the table forbids
+        it, and ValueError for a terminal `target`: a job ends only through `record_end`."""
         with self.locked():
             job = self._get_locked(job_id)
             check_transition(job_id, job.status, target)
+            if target.terminal:
+                raise ValueError(f"{target.value} ends the job: only Registry.record_end ends one")
             return self._move(job, target, reason)
 
     def _move(self, job: Job, target: JobState, reason: str | None) -> Job:
@@ -374,27 +377,54 @@ class Registry:
                 os.close(fd)
         return job
 
-    def finish_if_open(self, job_id: str, target: JobState, *, reason: str) -> tuple[Job, bool]:
-        """Move a job that has not ended yet to `target`; leave an ended job as it is.
+    def record_end(
+        self,
+        job_id: str,
+        target: JobState,
+        *,
+        reason: str | None = None,
+        by_event: bool = False,
+        before: Callable[[Job], None] | None = None,
+    ) -> tuple[Job, bool]:
+        """The one terminal write: move an open job to `target` (completed, error, cancelled);
+        return (job, changed). Only services/jobs/finish.py calls it (tests/test_one_ending.py).
 
-        For the subscriber and the monitor, which may race with the publisher: whoever is
-        first decides, and the others see (job, False).
+        First terminal wins: a job that has ended already is left as it is and (job, False)
+        returned, so of callers racing to end it (a publisher, a subscriber, a monitor, a
+        cancel) exactly one sees changed=True. `before(job)` runs under the lock only for that
+        one, just before the record is written: its reason line is never behind the status.
+        `by_event`: the job's own `completed`/`error`, which also moves its idle clock; one
+        seen while the job is still queued or pending (its `started` was lost) passes through
+        pending and running, so each move is legal and recorded. Otherwise a move the table
+        forbids raises IllegalTransition.
         """
+        if not target.terminal:
+            raise ValueError(f"{target.value} does not end a job; use transition()")
         with self.locked():
             job = self._get_locked(job_id)
             if job.status.terminal:
                 return job, False
+            if by_event:
+                job = job._replace(last_event_at=record_timestamp(self._now()))
+                if job.status is JobState.QUEUED:
+                    job = self._move(job, JobState.PENDING, None)
+                if not is_legal_transition(job.status, target):
+                    job = self._move(job, JobState.RUNNING, None)
             check_transition(job_id, job.status, target)
+            if before is not None:
+                before(job)
             return self._move(job, target, reason), True
 
     def apply_event(self, job_id: str, event: EventType, *, detail: str = "") -> tuple[Job, bool]:
-        """Apply the state change an accepted event implies; return (job, changed).
+        """Apply what a non-terminal accepted event implies; return (job, changed).
 
-        Idempotent: applying the same event twice, or an event after the job ended, changes
-        nothing. A `completed` seen while the job is still pending (its `started` was lost)
-        passes through running, so both moves are legal and recorded.
+        `started` moves the job to running; `progress` and `permission_required` only move the
+        idle clock. Idempotent: the same event twice, or any event after the job ended, changes
+        nothing. A terminal event is refused (ValueError): a job ends only through `record_end`.
         """
         target = EVENT_TARGET_STATE.get(event)
+        if target is not None and target.terminal:
+            raise ValueError(f"{event.value} ends the job: only Registry.record_end ends one")
         if target is None:  # progress, permission_required: only the idle clock moves
             job = self.get(job_id)
             if job.status.terminal or not self._stale_last_event(job):
@@ -412,12 +442,7 @@ class Registry:
             job = job._replace(last_event_at=record_timestamp(self._now()))
             if job.status is JobState.QUEUED:
                 job = self._move(job, JobState.PENDING, None)
-            if not is_legal_transition(job.status, target):
-                job = self._move(job, JobState.RUNNING, None)
-            reason = None
-            if target is JobState.ERROR:
-                reason = f"agent_error: {detail}" if detail else "agent_error"
-            return self._move(job, target, reason), True
+            return self._move(job, target, None), True
 
     def _stale_last_event(self, job: Job) -> bool:
         if job.last_event_at is None:
@@ -517,6 +542,3 @@ class Registry:
             if job.status is JobState.PENDING and job.launcher == expected_launcher:
                 return self._save(job._replace(launcher=launcher), job.status)
             return None
-
-    def cancel(self, job_id: str, *, reason: str | None = None) -> Job:
-        return self.transition(job_id, JobState.CANCELLED, reason=reason)

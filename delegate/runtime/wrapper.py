@@ -29,6 +29,7 @@ from delegate.config import logsetup
 from delegate.coord.heartbeats import Beater
 from delegate.core.errors import BusError, DelegateError, PublishRefused, say
 from delegate.core.model import EventType
+from delegate.services.jobs.finish import AuditLine, end_by_event
 from delegate.services.jobs.publish import publish_event, record_conversation
 from delegate.services.state import State
 
@@ -48,10 +49,13 @@ def report(
         publish_event(state, job_id, event, detail=detail, data=data)
     except BusError as exc:
         # the reason first: the audit trail is never behind the status it explains
-        state.audit.append(
-            job_id, RECORDED_WITHOUT_BUS, event=event, reason=f"bus unreachable: {exc}"
-        )
-        state.registry.apply_event(job_id, EventType(event), detail=detail)
+        why = AuditLine(RECORDED_WITHOUT_BUS, {"event": event, "reason": f"bus unreachable: {exc}"})
+        kind = EventType(event)
+        if kind.terminal:  # the reason is written with the end, by finish, only if it lands
+            end_by_event(state, job_id, kind, detail=detail, actor="wrapper", because=why)
+        else:
+            state.audit.append(job_id, why.kind, **why.fields)
+            state.registry.apply_event(job_id, kind, detail=detail)
         log.warning(
             "job %s: the bus did not take %s (%s); recorded it directly", job_id, event, exc
         )

@@ -35,6 +35,7 @@ from delegate.core.policy import (
     Snapshot,
     reconcile,
 )
+from delegate.services.jobs.finish import AuditLine, end_job, event_ending
 from delegate.services.jobs.launch import caps, claim_and_launch, inventory, launcher_alive
 from delegate.services.state import State
 
@@ -51,6 +52,7 @@ class Done:
     action: Action
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    audited: bool = False  # its line was written with the job's end (services/jobs/finish)
 
     def to_dict(self) -> dict[str, Any]:
         a = self.action
@@ -242,19 +244,34 @@ class Reconciler:
                 continue
             if result is None:
                 continue
-            self._audit(result)
+            if not result.audited:
+                self._audit(result)
             self.report(result)
             done.append(result)
         return done
+
+    def _line(self, done: Done, kind: str = RECONCILED) -> AuditLine:
+        entry = done.to_dict()
+        entry.pop("job_id", None)
+        return AuditLine(kind, {"actor": self.actor, **entry})
+
+    def _end(self, action: Action, target: JobState, **how: Any) -> tuple[Done | None, Job]:
+        """End the action's job through finish.end_job, its audit line written with the end;
+        a Done only for the caller whose end landed, and the job as it is now."""
+        assert action.job_id is not None
+        done = Done(action, audited=True)
+        ending = end_job(
+            self.state, action.job_id, target, actor=self.actor, because=self._line(done), **how
+        )
+        return (done if ending.changed else None), ending.job
 
     def _audit(self, done: Done, *, kind: str = RECONCILED) -> None:
         job_id = done.action.job_id
         if not job_id:
             return
-        entry = done.to_dict()
-        entry.pop("job_id", None)
+        line = self._line(done, kind)
         try:
-            self.state.audit.append(job_id, kind, actor=self.actor, **entry)
+            self.state.audit.append(job_id, line.kind, **line.fields)
         except (OSError, DelegateError) as exc:
             log.warning("could not audit %s for job %s: %s", done.action.kind, job_id, exc)
 
@@ -262,23 +279,21 @@ class Reconciler:
         registry = self.state.registry
         if isinstance(action, ApplyEvent):
             assert action.job_id is not None
-            _job, changed = registry.apply_event(
-                action.job_id, EventType(action.event), detail=action.detail
-            )
+            event = EventType(action.event)
+            if event.terminal:
+                target, reason = event_ending(event, action.detail)
+                return self._end(action, target, reason=reason, by_event=True)[0]
+            _job, changed = registry.apply_event(action.job_id, event, detail=action.detail)
             return Done(action) if changed else None
         if isinstance(action, FailJob):
             assert action.job_id is not None
-            ended, changed = registry.finish_if_open(
-                action.job_id, JobState.ERROR, reason=action.reason
-            )
-            if not changed:
-                if ended.error != action.reason:
-                    # it ended otherwise (its own event, a cancel): leave its session be
-                    not_ours.add(action.job_id)
-                # else another caller took the same decision: help finish the kill that
-                # follows, which only one of us records
-                return None
-            return Done(action)
+            done, ended = self._end(action, JobState.ERROR, reason=action.reason)
+            if done is None and ended.error != action.reason:
+                # it ended otherwise (its own event, a cancel): leave its session be
+                not_ours.add(action.job_id)
+            # (ended by another caller with the same decision: help finish the kill that
+            # follows, which only one of us records)
+            return done
         if isinstance(action, SetSession):
             if action.follows_fail and action.job_id in not_ours:
                 return None

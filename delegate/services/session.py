@@ -23,6 +23,7 @@ from delegate.adapters.tmux import Tmux, alive, processes_of_job, validate_sessi
 from delegate.config.profiles import config_path, load_config, profiles
 from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import Job, JobState, Session, SessionState
+from delegate.services.jobs.finish import SessionMove, end_job
 from delegate.services.jobs.launch import inventory, tmux_for
 from delegate.services.state import State
 
@@ -170,15 +171,23 @@ def stop(
             f"session {name} is {row.state.value}; only a running one can be stopped"
         )
     job = state.registry.get(row.job_id) if row.job_id else None
-    if mode != "hard":
-        # The session's new state first: a supervisor or monitor that sees the job cancelled
-        # next must find the session stopped or archived, not running (which it would kill).
-        sessions.set_state(
-            name, target, reason=f"session stop --mode {mode}", job_id=row.job_id, strict=True
-        )
+    moved = SessionMove(name, target, f"session stop --mode {mode}", strict=True)
+    settled = False
     if job is not None and not job.status.terminal:
-        # then the books: from here on the agent's reports are refused
-        job = state.registry.cancel(job.job_id, reason=f"session stopped ({mode})")
+        # The session's new state first (end_job writes it before the end): a supervisor or
+        # monitor that sees the job cancelled next must find the session stopped or archived,
+        # not running (which it would kill). Then the books: the agent's reports are refused.
+        ending = end_job(
+            state,
+            job.job_id,
+            JobState.CANCELLED,
+            reason=f"session stopped ({mode})",
+            actor="session stop",
+            session=moved if mode != "hard" else None,
+        )
+        job, settled = ending.job, ending.changed
+    if mode != "hard" and not settled:  # no job, or it ended otherwise: the session still stops
+        sessions.set_state(name, target, reason=moved.reason, job_id=row.job_id, strict=True)
     server = tmux_for(state, job) if job is not None else Tmux(row.socket, state.env)
     if mode == "graceful" and job is not None:
         _ask_to_stop(state, job, server, name, _agent_groups(job.job_id, row.pane_pid))

@@ -18,8 +18,9 @@ from delegate.adapters.sessions_db import SessionError, SessionInventory
 from delegate.adapters.tmux import SOCKET_ENV, Tmux, process_start, processes_of_job, terminate
 from delegate.config.profiles import config_path, load_config, max_running_caps
 from delegate.core.errors import DelegateError
-from delegate.core.model import Job, SessionState
+from delegate.core.model import Job, JobState, SessionState
 from delegate.core.policy import Caps, busy_sessions, may_start
+from delegate.services.jobs.finish import end_job
 from delegate.services.state import State
 
 READY_TIMEOUT_S = 15.0
@@ -154,9 +155,7 @@ def claim_and_launch(
             return job
         started = launch_in_tmux(state, job, tmux_for(state, job))
     except DelegateError as exc:
-        from delegate.core.model import JobState
-
-        state.registry.finish_if_open(job_id, JobState.ERROR, reason=f"never_launched: {exc}")
+        end_job(state, job_id, JobState.ERROR, reason=f"never_launched: {exc}", actor="launch")
         raise
     return job if started else None
 

@@ -22,6 +22,7 @@ from delegate.core.protocol import (
     redact_data,
     sign,
 )
+from delegate.services.jobs.finish import end_by_event
 from delegate.services.state import State
 
 log = get_logger(__name__)
@@ -112,7 +113,9 @@ def publish_event(
             raise
         raise BusError(str(exc)) from None
     state.audit.append(job_id, audit.PUBLISHED, seq=seq, event=event.value, envelope=envelope)
-    if event in EVENT_TARGET_STATE:
+    if event.terminal:  # beside the agent: no envelope, its subscribers notify
+        end_by_event(state, job_id, event, detail=safe_detail, actor="publish")
+    elif event in EVENT_TARGET_STATE:
         state.registry.apply_event(job_id, event, detail=safe_detail)
     return envelope
 

@@ -19,10 +19,17 @@ from typing import Any, NamedTuple
 from delegate.adapters.fsio import atomic_write
 from delegate.adapters.tmux import Tmux, TmuxUnreachable, validate_session_name
 from delegate.config.profiles import Profile, config_path, load_config, resolve
-from delegate.core.errors import DelegateError, StartFailed, UsageError, WaitInterrupted
+from delegate.core.errors import (
+    DelegateError,
+    IllegalTransition,
+    StartFailed,
+    UsageError,
+    WaitInterrupted,
+)
 from delegate.core.model import Job, JobState, SessionState
 from delegate.core.policy import SESSION_PREFIX
 from delegate.services.jobs import agent_env
+from delegate.services.jobs.finish import end_job
 from delegate.services.jobs.launch import (
     caps,
     check_session_free,
@@ -356,7 +363,7 @@ def _end_unstarted(state: State, job_id: str, failure: str, exc: BaseException) 
     """End a job that could not be started with `failure` and the cause's message; a
     DelegateError cause is raised again as a StartFailed that says the job has ended."""
     reason = f"{failure}: {exc}" if isinstance(exc, DelegateError) else failure
-    state.registry.finish_if_open(job_id, JobState.ERROR, reason=reason)
+    end_job(state, job_id, JobState.ERROR, reason=reason, actor="submit")
     if isinstance(exc, DelegateError) and not isinstance(exc, StartFailed):
         raise StartFailed(job_id, failure, exc) from exc
 
@@ -448,7 +455,10 @@ def cancel(state: State, job_id: str, *, tmux: Tmux | None = None) -> CancelResu
     The session lives on the job's recorded tmux server. When tmux cannot be reached there, the
     job is still cancelled, but the session is not claimed terminated: the note says so.
     """
-    job = state.registry.cancel(job_id)
+    ending = end_job(state, job_id, JobState.CANCELLED, actor="cancel")
+    job = ending.job
+    if not ending.changed:  # it had ended: a cancel cannot undo how
+        raise IllegalTransition(job_id, job.status.value, JobState.CANCELLED.value)
     if job.host:  # on an agent host: that host kills the agent and its process tree
         from delegate.services.remote import cancel_remote
 

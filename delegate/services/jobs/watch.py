@@ -30,6 +30,7 @@ from delegate.core.model import EventType, Job, JobState, SessionState
 from delegate.core.policy import LaunchJob, SetSession, next_deadline_s
 from delegate.core.protocol import Accepted, Receiver, Rejected
 from delegate.core.timefmt import human_duration
+from delegate.services.jobs.finish import end_by_event
 from delegate.services.jobs.notify import notify
 from delegate.services.state import State
 
@@ -145,11 +146,20 @@ class Watcher:
             )
             self.emit(envelope)
             event = EventType(verdict.event)
-            # every accepted event moves the idle clock; some also change the state
-            self.state.registry.apply_event(
-                self.job_id, event, detail=str(envelope.get("detail", ""))
-            )
-            notify(self.state, self.job, envelope, actor=self.actor)
+            detail = str(envelope.get("detail", ""))
+            if event.terminal:
+                end_by_event(
+                    self.state,
+                    self.job_id,
+                    event,
+                    detail=detail,
+                    envelope=envelope,
+                    actor=self.actor,
+                )
+            else:
+                # every accepted event moves the idle clock; `started` also changes the state
+                self.state.registry.apply_event(self.job_id, event, detail=detail)
+                notify(self.state, self.job, envelope, actor=self.actor)
         else:
             excerpt = message.payload[:200].decode("utf-8", "replace")
             self.state.audit.append(

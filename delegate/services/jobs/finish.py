@@ -1,0 +1,134 @@
+"""Where a job ends: the one function every terminal transition goes through.
+
+A job ends completed (its `completed` event), error (its `error` event, a deadline, a wrapper or
+host that was lost, a launch that failed) or cancelled (`cancel`, `session stop`). Whoever
+decides it calls `end_job`, which writes, each exactly once however many callers race:
+
+- the session row's new state, when the ending decides it (a session stop), before the job is
+  seen ended, so a supervisor that sees the job cancelled finds the session settled;
+- the caller's reason line in the job's audit log (why the bus was bypassed, the reconcile
+  action taken), then the terminal record and its `status_changed` line, all under the
+  registry lock and only by the caller whose ending landed (`Registry.record_end`: the first
+  terminal state wins);
+- the notification of the job's own terminal event, once per event whoever recorded the end
+  (the claim in services/jobs/notify): the publisher ends the job beside the agent and passes
+  no envelope; a subscribing watcher passes the envelope it received.
+
+Notifiers hear events (`--on-event`, `[notify]`): an ending that is not the job's own event (a
+deadline, a cancel) has no envelope and notifies no one, as before. The monitor offers every
+event it receives, a terminal one included, before its reconcile pass ends the job with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from delegate.core.model import EventType, Job, JobState, SessionState
+from delegate.services.state import State
+
+
+class Ending(NamedTuple):
+    """What `end_job` found: the job as it is now, and whether this call ended it."""
+
+    job: Job
+    changed: bool
+
+
+class AuditLine(NamedTuple):
+    """A line the caller that ends the job writes with the end: why, in its own words."""
+
+    kind: str
+    fields: dict[str, Any]
+
+
+class SessionMove(NamedTuple):
+    """The job's session row moving with its end (a session stop's target state)."""
+
+    name: str
+    state: SessionState
+    reason: str
+    strict: bool = False  # a person asked for it: an impossible move raises SessionError
+
+
+def event_ending(event: EventType, detail: str = "") -> tuple[JobState, str | None]:
+    """The terminal state and reason the job's own terminal `event` means."""
+    if event is EventType.COMPLETED:
+        return JobState.COMPLETED, None
+    if event is EventType.ERROR:
+        return JobState.ERROR, f"agent_error: {detail}" if detail else "agent_error"
+    raise ValueError(f"{event.value} does not end a job")
+
+
+def end_job(
+    state: State,
+    job_id: str,
+    target: JobState,
+    *,
+    reason: str | None = None,
+    by_event: bool = False,
+    envelope: dict[str, Any] | None = None,
+    actor: str = "",
+    because: AuditLine | None = None,
+    session: SessionMove | None = None,
+) -> Ending:
+    """End job `job_id` in `target`; return the job and whether this call ended it.
+
+    Idempotent: for a job that has ended already nothing is written (its session is not
+    moved, no reason line is added) and `changed` is False; the envelope's notification, if
+    any, is still offered once, since a notification belongs to the event, not to who ended
+    the job; `actor` names the caller in the notification's audit line. `by_event`: the job's
+    own terminal event (see `Registry.record_end`). A move the state table forbids raises
+    IllegalTransition; JobNotFound when there is no such job.
+    """
+    registry = state.registry
+    job = registry.get(job_id)
+    if not job.status.terminal and session is not None:
+        # deferred: sqlite3 is ~10 ms the publish hot path (which moves no session) never needs
+        from delegate.adapters.sessions_db import SessionInventory
+
+        SessionInventory(state.layout.sessions_db).set_state(
+            session.name,
+            session.state,
+            reason=session.reason,
+            job_id=job_id,
+            strict=session.strict,
+        )
+
+    def write_reason(_job: Job) -> None:
+        if because is not None:
+            state.audit.append(job_id, because.kind, **because.fields)
+
+    job, changed = registry.record_end(
+        job_id, target, reason=reason, by_event=by_event, before=write_reason
+    )
+    if envelope is not None:
+        # deferred: notifiers need subprocess, threading and tomllib (~15 ms), which the
+        # publish hot path (it passes no envelope) never does
+        from delegate.services.jobs.notify import notify
+
+        notify(state, job, envelope, actor=actor)
+    return Ending(job, changed)
+
+
+def end_by_event(
+    state: State,
+    job_id: str,
+    event: EventType,
+    *,
+    detail: str = "",
+    envelope: dict[str, Any] | None = None,
+    actor: str = "",
+    because: AuditLine | None = None,
+) -> Ending:
+    """End a job with its own terminal event (`completed`, `error`)."""
+    target, reason = event_ending(event, detail)
+    return end_job(
+        state,
+        job_id,
+        target,
+        reason=reason,
+        by_event=True,
+        envelope=envelope,
+        actor=actor,
+        because=because,
+    )
