@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from delegate.config.layout import HOME_ENV, JOB_ENV, state_home
+from delegate.config.layout import HOME_ENV, JOB_ENV, Layout, state_home
 from delegate.config.logsetup import get_logger
 from delegate.coord import default_agent
 from delegate.coord.heartbeats import Thresholds
@@ -33,7 +33,7 @@ __all__ = [
 
 def open_coord(env: Mapping[str, str] | None = None) -> CoordStore:
     env = os.environ if env is None else env
-    return CoordStore(state_home(env) / "coord.db")
+    return CoordStore(Layout(state_home(env)).coord_db)
 
 
 def heartbeat_thresholds(env: Mapping[str, str] | None = None) -> Thresholds:
