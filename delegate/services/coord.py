@@ -16,13 +16,11 @@ from delegate.config.layout import HOME_ENV, JOB_ENV, Layout, state_home
 from delegate.config.logsetup import get_logger
 from delegate.coord import default_agent
 from delegate.coord.heartbeats import Thresholds
-from delegate.coord.leases import DEFAULT_THRESHOLDS, Grant, acquire
 from delegate.coord.store import CoordStore
 
 log = get_logger(__name__)
 
 __all__ = [
-    "acquire_lease",
     "announce",
     "default_agent",
     "finished_job_agents",
@@ -43,32 +41,6 @@ def heartbeat_thresholds(env: Mapping[str, str] | None = None) -> Thresholds:
     env = os.environ if env is None else env
     config = load_config(config_path(state_home(env), env))
     return Thresholds.from_config(config.get("heartbeat"))
-
-
-def acquire_lease(
-    store: CoordStore,
-    kind: str,
-    name: str,
-    owner: str,
-    *,
-    ttl_s: float,
-    wait_s: float = 0.0,
-    break_dead: bool = False,
-) -> Grant:
-    """`lock acquire` and `claim`: take it (breaking a DEAD holder's only when asked, judged by
-    the configured thresholds), then announce what happened on the actor's job bus."""
-    grant, events = acquire(
-        store,
-        kind,
-        name,
-        owner,
-        ttl_s=ttl_s,
-        wait_s=wait_s,
-        break_dead=break_dead,
-        thresholds=heartbeat_thresholds() if break_dead else DEFAULT_THRESHOLDS,
-    )
-    announce(events)
-    return grant
 
 
 def describe_event(event: Mapping[str, Any]) -> str:
