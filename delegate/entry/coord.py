@@ -174,8 +174,10 @@ def main_lock(argv: list[str]) -> int:
             announce([leases.release(store, "lock", resource, owner)])
             grant = None
         if grant is not None:
-            out = json.dumps(grant.to_dict()) if values.get("--json") else str(grant.token)
-            sys.stdout.write(out + "\n")
+            if values.get("--json"):
+                json.print_line(grant.to_dict())
+            else:
+                sys.stdout.write(f"{grant.token}\n")
         return 0
     except DelegateError as exc:
         say(exc)
