@@ -60,6 +60,7 @@ lint: venv system
 	$(BIN)/ruff format --check delegate tests bench examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/vulture
 	shellcheck -s bash shell/delegate-job shell/delegate-monitor shell/delegate-session-*
 	shellcheck -s sh shell/delegate-report.sh
 

@@ -44,3 +44,10 @@ def test_what_it_does_not_encode_goes_to_json():
     assert _fastjson.dumps({1: "x"}) == json.dumps({1: "x"})
     assert _fastjson.dumps(float("nan")) == "NaN"
     assert math.isinf(_fastjson.loads("Infinity"))
+
+
+def test_print_line_is_one_json_line_on_stdout(capsys):
+    _fastjson.print_line({"seq": 1, "event": "started", "detail": "é"})
+    _fastjson.print_line(None)
+    out = capsys.readouterr().out
+    assert out == '{"seq": 1, "event": "started", "detail": "\\u00e9"}\nnull\n'

@@ -17,7 +17,6 @@ released, so the audit trail (status.json) is written in the same order as the r
 from __future__ import annotations
 
 import builtins
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from delegate.adapters.fsio import FileLock, atomic_write, ensure_private_dir, fsync_dir
+from delegate.adapters.registry_keys import KEYS_DIR, job_id_for_key, key_path
 from delegate.config.logsetup import get_logger
 from delegate.core.errors import (
     CorruptRecord,
@@ -75,7 +75,7 @@ class Registry:
         self.open_dir = root / "open"
         if not self.open_dir.is_dir():
             self._build_open_index()
-        self.keys_dir = ensure_private_dir(root / "keys")
+        self.keys_dir = ensure_private_dir(root / KEYS_DIR)
         self.quarantine_dir = root / "quarantine"
 
     # --- paths and raw records -----------------------------------------------------------
@@ -287,13 +287,12 @@ class Registry:
         if given is not None:
             validate_job_id(given)
         with self.locked():
-            key_path = None
+            key_file = None
             job_id = None
             if idempotency_key is not None:
-                digest = hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()
-                key_path = self.keys_dir / digest
+                key_file = Path(key_path(self.root, idempotency_key))
                 try:
-                    job_id = validate_job_id(key_path.read_text().strip())
+                    job_id = validate_job_id(job_id_for_key(self.root, idempotency_key))
                     return self._get_locked(job_id), False
                 except FileNotFoundError:
                     job_id = None
@@ -307,8 +306,8 @@ class Registry:
                 candidate = secrets.token_hex(4)
                 if not self.path_for(candidate).exists():
                     job_id = candidate
-            if key_path is not None and not key_path.exists():
-                atomic_write(key_path, job_id.encode("ascii"))
+            if key_file is not None and not key_file.exists():
+                atomic_write(key_file, job_id.encode("ascii"))
             stamp = record_timestamp(self._now())
             job = Job(
                 job_id=job_id,
@@ -335,9 +334,8 @@ class Registry:
 
     def find_by_key(self, idempotency_key: str) -> Job | None:
         """The job an idempotency key names, or None when the key is unused."""
-        digest = hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()
         try:
-            return self.get(validate_job_id((self.keys_dir / digest).read_text().strip()))
+            return self.get(validate_job_id(job_id_for_key(self.root, idempotency_key)))
         except (FileNotFoundError, JobNotFound):
             return None
 

@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 
 from delegate.adapters.terminal import print_json as _print_json
 from delegate.core.errors import UsageError
-from delegate.entry.coord import LOCK_TTL_S
+from delegate.entry.coord import LOCK_TTL_S, acquire_lease, announce
 
 if TYPE_CHECKING:
     from delegate.coord.heartbeats import Thresholds
@@ -63,12 +63,6 @@ def _agent(given: str | None, option: str) -> str:
     if not agent:
         raise UsageError(f"{option} is needed (or run inside a job, or set DELEGATE_AGENT_ID)")
     return agent
-
-
-def _announce(events: list[dict[str, Any]]) -> None:
-    from delegate.services.coord import announce
-
-    announce(events)
 
 
 def _thresholds() -> Thresholds:
@@ -251,8 +245,6 @@ def lock_acquire(
 
     Example: delegate lock acquire src/app.py --owner coder --ttl 120 --json
     """
-    from delegate.services.coord import acquire_lease
-
     owner = _agent(owner, "--owner")
     grant = acquire_lease(
         _store(), "lock", resource, owner, ttl_s=ttl, wait_s=wait, break_dead=break_dead
@@ -290,7 +282,7 @@ def lock_release(
     from delegate.coord.leases import release
 
     event = release(_store(), "lock", resource, _agent(owner, "--owner"))
-    _announce([event])
+    announce([event])
     return 0
 
 
@@ -385,8 +377,6 @@ def claim_acquire(
 
     Example: delegate claim acquire build-docs --owner writer --lease 60
     """
-    from delegate.services.coord import acquire_lease
-
     grant = acquire_lease(
         _store(),
         "claim",
@@ -422,7 +412,7 @@ def claim_release(task: TaskArg, owner: OwnerOpt = None) -> int:
     """
     from delegate.coord.leases import release
 
-    _announce([release(_store(), "claim", task, _agent(owner, "--owner"))])
+    announce([release(_store(), "claim", task, _agent(owner, "--owner"))])
     return 0
 
 
@@ -600,7 +590,7 @@ def board_open(
         proposal=proposal,
         opened_by=default_agent(None) or "",
     )
-    _announce(events)
+    announce(events)
     print(board_id)
     return 0
 
@@ -609,7 +599,7 @@ def _post(step: str, voter: str | None, board: str | None, body: dict[str, Any])
     from delegate.coord.board import post
 
     after, events = post(_store(), step, _agent(voter, "--voter"), body, board)
-    _announce(events)
+    announce(events)
     print(f"board {after.id}: {after.describe_phase()}")
 
 
@@ -711,7 +701,7 @@ def board_resolve(board: BoardOpt = None, as_json: JsonOpt = False) -> int:
     from delegate.services.coord import default_agent
 
     resolution, events = resolve(_store(), board, actor=default_agent(None) or "")
-    _announce(events)
+    announce(events)
     if as_json:
         _print_json(resolution)
         return 0

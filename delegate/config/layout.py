@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from delegate.config.statefiles import BUS_DB, COORD_DB, CRON_BOOK, JOBS_DIR, LOGS_DIR, SESSIONS_DB
 from delegate.core.errors import ConfigError
 
 HOME_ENV = "DELEGATE_HOME"
@@ -39,23 +40,27 @@ class Layout:
 
     @property
     def jobs(self) -> Path:
-        return self.home / "jobs"
+        return self.home / JOBS_DIR
 
     @property
     def logs(self) -> Path:
-        return self.home / "logs"
+        return self.home / LOGS_DIR
 
     @property
     def bus_db(self) -> Path:
-        return self.home / "bus.db"
+        return self.home / BUS_DB
 
     @property
     def sessions_db(self) -> Path:
-        return self.home / "sessions.db"
+        return self.home / SESSIONS_DB
 
     @property
     def coord_db(self) -> Path:
-        return self.home / "coord.db"
+        return self.home / COORD_DB
+
+    @property
+    def cron_book(self) -> Path:
+        return self.home / CRON_BOOK
 
     def default_bus_url(self) -> str:
         return f"sqlite://{self.bus_db}"

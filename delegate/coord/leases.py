@@ -129,7 +129,8 @@ def acquire(
 
     The owner asking again while it holds a live grant gets that grant back, extended: a retry
     after a lost answer keeps its token. Held by another: wait up to `wait_s` for a release or
-    the expiry, else raise Held. With `break_dead`, a holder whose heartbeat is DEAD loses it.
+    the expiry, else raise Held. With `break_dead`, a holder whose heartbeat is DEAD (by
+    `thresholds`) loses it. The one wait-and-retry loop of every lock and claim.
     """
     _check_args(kind, name, owner)
     ttl = _ttl_ms(ttl_s)
@@ -139,75 +140,115 @@ def acquire(
     until = time.monotonic() + wait_s
     while True:
         with store.write() as conn:
-            now = store.now()
-            held = _current(conn, kind, name)
-            events: list[dict[str, Any]] = []
-            previous: dict[str, Any] | None = None
-            if held is not None and held.expires_ms > now:
-                if held.owner == owner:
-                    grant = held.extended(now + ttl)
-                    conn.execute(
-                        "UPDATE leases SET expires_ms = ? WHERE kind = ? AND name = ?",
-                        (grant.expires_ms, kind, name),
-                    )
-                    return grant, []
-                age = last_beat_age_ms(store, held.owner) if break_dead else None
-                if age is None or liveness(age, thresholds) != "DEAD":
-                    blocked = held
-                else:
-                    blocked = None
-                    events.append(
-                        store.record(
-                            conn,
-                            f"{kind}_broken",
-                            owner,
-                            name,
-                            previous_owner=held.owner,
-                            previous_token=held.token,
-                            beat_age_ms=age,
-                            held_ms=now - held.acquired_ms,
-                        )
-                    )
-                    previous = {"owner": held.owner, "token": held.token, "broken": True}
-            else:
-                blocked = None
-                if held is not None:  # expired: whoever asks may take it
-                    previous = {
-                        "owner": held.owner,
-                        "token": held.token,
-                        "expired_ms": held.expires_ms,
-                        "held_ms": held.expires_ms - held.acquired_ms,
-                    }
-            if blocked is None:
-                token = conn.execute(
-                    "INSERT INTO fences (kind, name, last_token) VALUES (?, ?, 1)"
-                    " ON CONFLICT(kind, name) DO UPDATE SET last_token = last_token + 1"
-                    " RETURNING last_token",
-                    (kind, name),
-                ).fetchone()[0]
-                grant = Grant(kind, name, owner, token, now, now + ttl)
-                conn.execute(
-                    "INSERT OR REPLACE INTO leases"
-                    " (kind, name, owner, token, acquired_ms, expires_ms)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    grant.row(),
-                )
-                events.append(
-                    store.record(
-                        conn,
-                        f"{kind}_acquired",
-                        owner,
-                        name,
-                        token=token,
-                        ttl_ms=ttl,
-                        waited_ms=now - asked_ms,
-                        previous=previous,
-                    )
-                )
-                return grant, events
-        changed = store.wait_for_change(until, wake_at_ms=blocked.expires_ms)
+            outcome = _attempt(
+                store, conn, kind, name, owner, ttl, asked_ms, thresholds if break_dead else None
+            )
+        if not isinstance(outcome, Grant):
+            return outcome
+        changed = store.wait_for_change(until, wake_at_ms=outcome.expires_ms)
         if not changed and time.monotonic() >= until:
-            raise Held(kind, name, blocked.owner, blocked.expires_ms, blocked.token)
+            raise Held(kind, name, outcome.owner, outcome.expires_ms, outcome.token)
+
+
+def _attempt(
+    store: CoordStore,
+    conn: Any,
+    kind: str,
+    name: str,
+    owner: str,
+    ttl: int,
+    asked_ms: int,
+    break_by: Thresholds | None,
+) -> Grant | tuple[Grant, list[dict[str, Any]]]:
+    """One try inside the write transaction: the grant and its events, or the live grant of
+    another that blocks it."""
+    now = store.now()
+    held = _current(conn, kind, name)
+    events: list[dict[str, Any]] = []
+    previous: dict[str, Any] | None = None
+    if held is not None and held.expires_ms > now:
+        if held.owner == owner:
+            return _extend(conn, held, now + ttl), []
+        broken = _break_if_dead(store, conn, held, owner, now, break_by)
+        if broken is None:
+            return held
+        events.append(broken)
+        previous = {"owner": held.owner, "token": held.token, "broken": True}
+    elif held is not None:  # expired: whoever asks may take it
+        previous = {
+            "owner": held.owner,
+            "token": held.token,
+            "expired_ms": held.expires_ms,
+            "held_ms": held.expires_ms - held.acquired_ms,
+        }
+    grant = _grant(conn, kind, name, owner, now, ttl)
+    events.append(
+        store.record(
+            conn,
+            f"{kind}_acquired",
+            owner,
+            name,
+            token=grant.token,
+            ttl_ms=ttl,
+            waited_ms=now - asked_ms,
+            previous=previous,
+        )
+    )
+    return grant, events
+
+
+def _break_if_dead(
+    store: CoordStore,
+    conn: Any,
+    held: Grant,
+    breaker: str,
+    now: int,
+    thresholds: Thresholds | None,
+) -> dict[str, Any] | None:
+    """The `_broken` event when `thresholds` are given and `held`'s owner's heartbeat is DEAD
+    by them; None when the holder keeps it."""
+    if thresholds is None:
+        return None
+    age = last_beat_age_ms(store, held.owner)
+    if age is None or liveness(age, thresholds) != "DEAD":
+        return None
+    return store.record(
+        conn,
+        f"{held.kind}_broken",
+        breaker,
+        held.name,
+        previous_owner=held.owner,
+        previous_token=held.token,
+        beat_age_ms=age,
+        held_ms=now - held.acquired_ms,
+    )
+
+
+def _grant(conn: Any, kind: str, name: str, owner: str, now: int, ttl: int) -> Grant:
+    """A new lease with the next fencing token of `name` (the fence only ever grows)."""
+    token = conn.execute(
+        "INSERT INTO fences (kind, name, last_token) VALUES (?, ?, 1)"
+        " ON CONFLICT(kind, name) DO UPDATE SET last_token = last_token + 1"
+        " RETURNING last_token",
+        (kind, name),
+    ).fetchone()[0]
+    grant = Grant(kind, name, owner, token, now, now + ttl)
+    conn.execute(
+        "INSERT OR REPLACE INTO leases (kind, name, owner, token, acquired_ms, expires_ms)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        grant.row(),
+    )
+    return grant
+
+
+def _extend(conn: Any, held: Grant, expires_ms: int) -> Grant:
+    """The same grant (same token), lasting until `expires_ms`."""
+    grant = held.extended(expires_ms)
+    conn.execute(
+        "UPDATE leases SET expires_ms = ? WHERE kind = ? AND name = ?",
+        (grant.expires_ms, held.kind, held.name),
+    )
+    return grant
 
 
 def renew(store: CoordStore, kind: str, name: str, owner: str, *, ttl_s: float) -> Grant:
@@ -219,12 +260,7 @@ def renew(store: CoordStore, kind: str, name: str, owner: str, *, ttl_s: float) 
         held = _current(conn, kind, name)
         _must_hold(kind, name, owner, held, now)
         assert held is not None
-        grant = held.extended(now + ttl)
-        conn.execute(
-            "UPDATE leases SET expires_ms = ? WHERE kind = ? AND name = ?",
-            (grant.expires_ms, kind, name),
-        )
-        return grant
+        return _extend(conn, held, now + ttl)
 
 
 def release(store: CoordStore, kind: str, name: str, owner: str) -> dict[str, Any]:

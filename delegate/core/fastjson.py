@@ -7,6 +7,7 @@ process that has ~15 ms of budget beyond Python's own start. Same results as `js
 from __future__ import annotations
 
 import _json
+import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -63,6 +64,12 @@ def dumps(value: Any) -> str:
 
         return json.dumps(value)
     return "".join(parts)
+
+
+def print_line(value: Any) -> None:
+    """`value` as one JSON line on stdout: what the typer-free entry paths print for a machine
+    (the typer commands print with `adapters.terminal.print_json`)."""
+    sys.stdout.write(dumps(value) + "\n")
 
 
 def _encode(value: Any, out: list[str]) -> bool:

@@ -10,8 +10,14 @@ from __future__ import annotations
 import os
 import sys
 
+from delegate.config.statefiles import COORD_DB
 from delegate.core import fastjson as json
 from delegate.core.errors import DelegateError, UsageError, say
+
+TYPE_CHECKING = False  # this path imports no typing at run time
+if TYPE_CHECKING:
+    from delegate.coord.leases import Grant
+    from delegate.coord.store import CoordStore
 
 LOCK_TTL_S = 600.0  # `lock acquire|renew --ttl` when not given (the typer commands use it too)
 
@@ -73,13 +79,56 @@ def _number(values: dict[str, str | bool], name: str, default: float) -> float:
 
 
 def _coord_db() -> str:
-    """coord.db of $DELEGATE_HOME as a plain string: pathlib costs ~6 ms to import."""
+    """coord.db of $DELEGATE_HOME as a plain string: pathlib costs ~10 ms to import."""
     home = os.environ.get("DELEGATE_HOME")
     if home:
-        return os.path.join(os.path.abspath(os.path.expanduser(home)), "coord.db")
-    from delegate.config.layout import state_home
+        return os.path.join(os.path.abspath(os.path.expanduser(home)), COORD_DB)
+    from delegate.config.layout import Layout, state_home  # no $DELEGATE_HOME: pathlib it is
 
-    return str(state_home() / "coord.db")
+    return str(Layout(state_home()).coord_db)
+
+
+def acquire_lease(
+    store: CoordStore,
+    kind: str,
+    name: str,
+    owner: str,
+    *,
+    ttl_s: float,
+    wait_s: float = 0.0,
+    break_dead: bool = False,
+) -> Grant:
+    """`lock acquire` and `claim`, on this path and in the typer commands alike: take it
+    (breaking a DEAD holder's only when asked, judged by the configured thresholds), then
+    announce what happened on the actor's job bus."""
+    from delegate.coord import leases  # sqlite3: not for `cli/coord`'s import of LOCK_TTL_S
+
+    thresholds = leases.DEFAULT_THRESHOLDS
+    if break_dead:  # services.coord reads delegate.toml and costs ~15 ms to import: only then
+        from delegate.services.coord import heartbeat_thresholds
+
+        thresholds = heartbeat_thresholds()
+    grant, events = leases.acquire(
+        store,
+        kind,
+        name,
+        owner,
+        ttl_s=ttl_s,
+        wait_s=wait_s,
+        break_dead=break_dead,
+        thresholds=thresholds,
+    )
+    announce(events)
+    return grant
+
+
+def announce(events: list[dict[str, object]]) -> None:
+    """Publish coordination events on the actor's job bus (`services.coord.announce`), which
+    only a process inside a job has: the others do not import it (~15 ms)."""
+    if events and os.environ.get("DELEGATE_JOB_ID"):
+        from delegate.services.coord import announce as announce_on_job_bus
+
+        announce_on_job_bus(events)
 
 
 def main_lock(argv: list[str]) -> int:
@@ -107,15 +156,8 @@ def main_lock(argv: list[str]) -> int:
         owner = default_agent(str(given) if given else None)
         if not owner:
             raise UsageError("--owner is needed (or run inside a job, or set DELEGATE_AGENT_ID)")
-        events: list[dict[str, object]] = []
         if action == "acquire":
-            # services.coord.acquire_lease does this too; its imports would cost this path ~8 ms
-            thresholds = leases.DEFAULT_THRESHOLDS
-            if values.get("--break-dead"):
-                from delegate.services.coord import heartbeat_thresholds
-
-                thresholds = heartbeat_thresholds()
-            grant, events = leases.acquire(
+            grant = acquire_lease(
                 store,
                 "lock",
                 resource,
@@ -123,22 +165,19 @@ def main_lock(argv: list[str]) -> int:
                 ttl_s=_number(values, "--ttl", LOCK_TTL_S),
                 wait_s=_number(values, "--wait", 0.0),
                 break_dead=bool(values.get("--break-dead")),
-                thresholds=thresholds,
             )
         elif action == "renew":
             grant = leases.renew(
                 store, "lock", resource, owner, ttl_s=_number(values, "--ttl", LOCK_TTL_S)
             )
         else:
-            events = [leases.release(store, "lock", resource, owner)]
+            announce([leases.release(store, "lock", resource, owner)])
             grant = None
-        if events and os.environ.get("DELEGATE_JOB_ID"):
-            from delegate.services.coord import announce
-
-            announce(events)
         if grant is not None:
-            out = json.dumps(grant.to_dict()) if values.get("--json") else str(grant.token)
-            sys.stdout.write(out + "\n")
+            if values.get("--json"):
+                json.print_line(grant.to_dict())
+            else:
+                sys.stdout.write(f"{grant.token}\n")
         return 0
     except DelegateError as exc:
         say(exc)

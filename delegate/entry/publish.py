@@ -52,7 +52,7 @@ def run_publish(*, job: str | None, event: str, detail: str = "", data: str | No
     from delegate.services.state import State
 
     receipt = publish_receipt(State.open(), job=job, event=event, detail=detail, data=data)
-    sys.stdout.write(json.dumps(receipt) + "\n")
+    json.print_line(receipt)
     return 0
 
 
@@ -68,7 +68,7 @@ def _via_wrapper(args: dict[str, str | None]) -> int | None:
     if answer is None:
         return None
     if answer.get("ok"):
-        sys.stdout.write(json.dumps(answer.get("receipt")) + "\n")
+        json.print_line(answer.get("receipt"))
         return 0
     say(answer.get("message", "publish failed"))
     code = answer.get("exit_code")

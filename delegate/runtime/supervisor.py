@@ -6,13 +6,12 @@ stdout (logs/<job_id>/subscriber.out) and exits with watch's codes.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from delegate.adapters.fsio import atomic_write
+from delegate.adapters.terminal import print_json
 from delegate.config import logsetup
 
 
@@ -25,22 +24,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 64
     job_id, ready = argv[0], Path(argv[2])
+    from delegate.core.errors import guarded
     from delegate.services.jobs.notify import wait_for_notifiers
     from delegate.services.jobs.submit import supervise
     from delegate.services.state import State
-
-    def emit(envelope: dict[str, Any]) -> None:
-        sys.stdout.write(json.dumps(envelope, ensure_ascii=False, sort_keys=True) + "\n")
-        sys.stdout.flush()
-
-    from delegate.core.errors import guarded
 
     def watch_to_the_end() -> int:
         try:
             outcome = supervise(
                 State.open(),
                 job_id,
-                emit=emit,
+                emit=print_json,
                 on_ready=lambda: atomic_write(ready, f"{os.getpid()}\n".encode()),
             )
         finally:

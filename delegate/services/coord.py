@@ -12,17 +12,15 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from delegate.config.layout import HOME_ENV, JOB_ENV, state_home
+from delegate.config.layout import HOME_ENV, JOB_ENV, Layout, state_home
 from delegate.config.logsetup import get_logger
 from delegate.coord import default_agent
 from delegate.coord.heartbeats import Thresholds
-from delegate.coord.leases import DEFAULT_THRESHOLDS, Grant, acquire
 from delegate.coord.store import CoordStore
 
 log = get_logger(__name__)
 
 __all__ = [
-    "acquire_lease",
     "announce",
     "default_agent",
     "finished_job_agents",
@@ -33,7 +31,7 @@ __all__ = [
 
 def open_coord(env: Mapping[str, str] | None = None) -> CoordStore:
     env = os.environ if env is None else env
-    return CoordStore(state_home(env) / "coord.db")
+    return CoordStore(Layout(state_home(env)).coord_db)
 
 
 def heartbeat_thresholds(env: Mapping[str, str] | None = None) -> Thresholds:
@@ -43,32 +41,6 @@ def heartbeat_thresholds(env: Mapping[str, str] | None = None) -> Thresholds:
     env = os.environ if env is None else env
     config = load_config(config_path(state_home(env), env))
     return Thresholds.from_config(config.get("heartbeat"))
-
-
-def acquire_lease(
-    store: CoordStore,
-    kind: str,
-    name: str,
-    owner: str,
-    *,
-    ttl_s: float,
-    wait_s: float = 0.0,
-    break_dead: bool = False,
-) -> Grant:
-    """`lock acquire` and `claim`: take it (breaking a DEAD holder's only when asked, judged by
-    the configured thresholds), then announce what happened on the actor's job bus."""
-    grant, events = acquire(
-        store,
-        kind,
-        name,
-        owner,
-        ttl_s=ttl_s,
-        wait_s=wait_s,
-        break_dead=break_dead,
-        thresholds=heartbeat_thresholds() if break_dead else DEFAULT_THRESHOLDS,
-    )
-    announce(events)
-    return grant
 
 
 def describe_event(event: Mapping[str, Any]) -> str:

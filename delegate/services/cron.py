@@ -257,7 +257,7 @@ class CronBook:
 
     def __init__(self, state: State) -> None:
         self.state = state
-        self.path = state.layout.home / "cron.json"
+        self.path = state.layout.cron_book
         self.lock = FileLock(state.layout.home / "cron.lock")
 
     def load(self) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,14 @@
+"""The names of what lives in the state dir, as plain strings.
+
+`Layout` builds its paths from these; the typer-free fast paths (`lock`, `cron run`) join them
+with `os.path`, because pathlib alone costs them ~10 ms to import.
+"""
+
+from __future__ import annotations
+
+JOBS_DIR = "jobs"  # the registry
+LOGS_DIR = "logs"
+BUS_DB = "bus.db"
+SESSIONS_DB = "sessions.db"
+COORD_DB = "coord.db"
+CRON_BOOK = "cron.json"
