@@ -37,7 +37,7 @@ from delegate.services.jobs.register import register_job
 from delegate.services.jobs.watch import Watcher, WatchOutcome
 from delegate.services.state import State
 
-SKILL_FILE = Path(__file__).resolve().parents[2] / "skills" / "delegate-job" / "SKILL.md"
+SKILL_FILE = Path(__file__).resolve().parents[3] / "skills" / "delegate-job" / "SKILL.md"
 __all__ = ["SESSION_PREFIX", "SubmitRequest", "SubmitResult", "cancel", "inventory", "submit"]
 
 
