@@ -233,11 +233,7 @@ def test_process_entry_points_fail_in_one_line(home: Path, module: str):
 
     from .helpers import cli_env
 
-    args = (
-        ["0badc0de"]
-        if module == "delegate.runtime.wrapper"
-        else ["0badc0de", "--ready-file", "/x/y"]
-    )
+    args = ["0badc0de"]
     result = subprocess.run(
         [sys.executable, "-m", module, *args],
         env=cli_env(home),
