@@ -17,6 +17,7 @@ import typer
 from delegate.adapters.terminal import print_json as _print_json
 from delegate.cli.lazy import LazyGroup, build_from, shell_of
 from delegate.core.errors import DelegateError, say
+from delegate.entry.ps import DEFAULT_LIMIT as PS_LIMIT
 from delegate.services.jobs.register import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_WALL_TIMEOUT_S
 from delegate.services.state import State
 
@@ -522,7 +523,7 @@ def ps(
     show_all: Annotated[bool, typer.Option("--all", help="Every job in the history.")] = False,
     limit: Annotated[
         int, typer.Option("--limit", help="How many recently finished jobs to show.")
-    ] = 10,
+    ] = PS_LIMIT,
     host: Annotated[
         str | None, typer.Option("--host", help="The open jobs this agent host reports.")
     ] = None,
@@ -539,8 +540,9 @@ def ps(
     TIME is how long a job has run (finished: start to end; queued or pending: its wait so far).
     Example: delegate ps --limit 20 --json
     """
-    from delegate.adapters.terminal import Column, print_listing
+    from delegate.adapters.terminal import Column, print_listing, wants_json
     from delegate.core.timefmt import human_duration, local_time
+    from delegate.entry.ps import print_ps_json
     from delegate.services.ps import rows
 
     if host is not None:  # what that agent host says of its open jobs (its presence)
@@ -562,6 +564,9 @@ def ps(
         return 0
     if limit < 0:
         raise typer.BadParameter("--limit must be zero or more")
+    if wants_json(as_json):  # what entry/ps.py answers without typer, said the same way
+        print_ps_json(_state(), show_all=show_all, limit=limit)
+        return 0
     listing = rows(_state(), show_all=show_all, limit=limit)
     if listing.tmux_note:
         say(listing.tmux_note)
