@@ -42,9 +42,9 @@ def main(argv: list[str] | None = None) -> int:
             from delegate.entry.ps import main_ps
 
             logsetup.configure_lazily()
-            code = main_ps(argv[1:])
-            if code is not None:
-                return code
+            answered = main_ps(argv[1:])
+            if answered is not None:
+                return answered
         if argv[:1] == ["hook"] and not {"-h", "--help"} & set(argv):
             from delegate.entry.publish import main_hook
 

@@ -55,7 +55,7 @@ class LazyGroup(TyperGroup):
             matches = get_close_matches(args[0], self.list_commands(ctx)) if args else []
             if self.suggest_commands and matches:
                 suggestions = ", ".join(f"{m!r}" for m in matches)
-                exc.message = f"{exc.message.rstrip('.')}. Did you mean {suggestions}?"
+                exc.message = f"{exc.message.rstrip('.')}. Did you mean {suggestions}?"  # type: ignore[misc]  # as typer does
             raise
 
 

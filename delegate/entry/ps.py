@@ -20,8 +20,8 @@ PS_OPTIONS = {"--all": False, "--limit": True, "--host": True, "--wide": False, 
 DEFAULT_LIMIT = 10  # `ps --limit` when not given (the typer command uses it too)
 
 
-def parse_ps_args(argv: list[str]) -> dict[str, object] | None:
-    """The options of a `ps` this path answers, or None when typer should."""
+def parse_ps_args(argv: list[str]) -> tuple[bool, int] | None:
+    """(--all, --limit) of a `ps` this path answers, or None when typer should."""
     try:
         positional, values = parse_options("ps", PS_OPTIONS, argv)
     except DelegateError:
@@ -32,7 +32,7 @@ def parse_ps_args(argv: list[str]) -> dict[str, object] | None:
     as_json = bool(values.get("--json"))
     if not (as_json or not sys.stdout.isatty()):
         return None  # a table: rich, through typer
-    return {"show_all": bool(values.get("--all")), "limit": int(limit)}
+    return bool(values.get("--all")), int(limit)
 
 
 def print_ps_json(state: State, *, show_all: bool, limit: int) -> None:
@@ -54,5 +54,6 @@ def main_ps(argv: list[str]) -> int | None:
     options = parse_ps_args(argv)
     if options is None:
         return None
-    print_ps_json(State.open(), show_all=bool(options["show_all"]), limit=int(options["limit"]))
+    show_all, limit = options
+    print_ps_json(State.open(), show_all=show_all, limit=limit)
     return 0
