@@ -58,7 +58,10 @@ def main() -> None:
                 raise SystemExit("jobs did not start")
             time.sleep(0.05)
         for job_id in ids:
-            supervisor = int((home / "logs" / job_id / "subscriber.ready").read_text())
+            ready = home / "logs" / job_id / "subscriber.ready"
+            while not ready.exists():  # submit --no-wait on SQLite returns before it subscribes
+                time.sleep(0.01)
+            supervisor = int(ready.read_text())
             os.kill(supervisor, signal.SIGKILL)
         monitor = subprocess.Popen(
             [delegate_exe(), "monitor", "--interval", str(args.interval)],

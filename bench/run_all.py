@@ -10,6 +10,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCRIPTS = [
     "publish_cli.py",
+    "startup.py",
     "publish_to_watch.py",
     "registry_scale.py",
     "submit_to_started.py",

@@ -38,6 +38,13 @@ def main(argv: list[str] | None = None) -> int:
 
             logsetup.configure_lazily()
             return main_lock(argv[1:])
+        if argv[:1] == ["ps"] and not {"-h", "--help"} & set(argv):
+            from delegate.entry.ps import main_ps
+
+            logsetup.configure_lazily()
+            answered = main_ps(argv[1:])
+            if answered is not None:
+                return answered
         if argv[:1] == ["hook"] and not {"-h", "--help"} & set(argv):
             from delegate.entry.publish import main_hook
 

@@ -19,7 +19,6 @@ from typing import Any
 
 import click
 import pytest
-import typer
 
 from delegate import __version__
 from delegate.cli import app as cli
@@ -85,7 +84,7 @@ def command_tree() -> list[tuple[list[str], click.Command, click.Command | None]
             for name, sub in command.commands.items():
                 walk(sub, [*path, name], command)
 
-    walk(typer.main.get_command(cli.app), [], None)
+    walk(cli.full_command(), [], None)
     return found
 
 
@@ -118,6 +117,72 @@ def test_the_tree_has_every_group_and_subcommand():
     paths = {" ".join(p) for p, _, _ in TREE}
     assert {"", "claim", "claim renew", "claim release", "claim list", "lock acquire"} <= paths
     assert len(paths) > 60
+
+
+def test_the_lazy_root_lists_what_an_eager_build_of_every_app_has():
+    """The lazy root's table against typer's own build of `app` plus each lazily loaded
+    module's `commands`: the same names, each defined where the table says."""
+    import importlib
+
+    from delegate.cli.lazy import build_from
+
+    root = cli.root_command()
+    assert root.commands == {}  # nothing built before it is asked for
+    for name, module in cli.ROOT_COMMANDS.items():
+        holder = cli.app if module == cli.__name__ else importlib.import_module(module).commands
+        assert build_from(holder, name, settings=cli.app).name == name
+    eager = {
+        cli.app,
+        *(
+            importlib.import_module(m).commands
+            for m in set(cli.ROOT_COMMANDS.values()) - {cli.__name__}
+        ),
+    }
+    every = set()
+    for holder in eager:
+        every |= {
+            c.name or c.callback.__name__.replace("_", "-") for c in holder.registered_commands
+        }
+        every |= {g.name for g in holder.registered_groups}
+    assert every == set(cli.ROOT_COMMANDS)
+    assert [p[0] for p, _, _ in TREE if len(p) == 1] == list(cli.ROOT_COMMANDS)
+
+
+LOADED_MODULES = """
+import json, sys
+from delegate.__main__ import main
+code = main(sys.argv[1:])
+mine = sorted(n for n in sys.modules if n.startswith("delegate.cli."))
+sys.stderr.write("\\nLOADED " + json.dumps(mine) + "\\n")
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["jobs", "--json"], ["delegate.cli.app", "delegate.cli.lazy"]),
+        (
+            ["lock", "list", "--json"],
+            ["delegate.cli.app", "delegate.cli.coord", "delegate.cli.lazy"],
+        ),
+        (
+            ["host", "list", "--json"],
+            ["delegate.cli.app", "delegate.cli.hosts", "delegate.cli.lazy"],
+        ),
+    ],
+)
+def test_a_command_loads_only_its_own_group(home: Path, argv: list[str], expected: list[str]):
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED_MODULES, *argv],
+        env=cli_env(home),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert json.loads(last.removeprefix("LOADED ")) == expected
 
 
 def test_every_command_and_group_has_its_own_help_in_process(monkeypatch: pytest.MonkeyPatch):
@@ -304,10 +369,7 @@ def test_every_default_is_in_the_help_of_its_option():
 
 @pytest.mark.parametrize("command", ["submit", "register"])
 def test_job_timeouts_say_their_defaults(command: str):
-    params = {
-        p.name: p
-        for p in typer.main.get_command(cli.app).commands[command].params  # type: ignore[attr-defined]
-    }
+    params = {p.name: p for p in cli.full_command().commands[command].params}
     assert "default 3600 s (1h)" in (params["wall_timeout"].help or "")
     assert "default 600 s (10m)" in (params["idle_timeout"].help or "")
     assert params["wall_timeout"].default is None and params["idle_timeout"].default is None
@@ -383,7 +445,7 @@ def test_the_readme_defaults_table_matches_the_code():
     rows = readme_defaults()
     code = code_defaults()
     assert {r["name"] for r in rows} >= set(code), set(code) - {r["name"] for r in rows}
-    root = typer.main.get_command(cli.app)
+    root = cli.full_command()
     for row in rows:
         checked = 0
         stated = as_values(row["default"])
@@ -394,7 +456,7 @@ def test_the_readme_defaults_table_matches_the_code():
             *path, option = flag.split()
             command = root
             for name in path:
-                command = command.commands[name]  # type: ignore[attr-defined]
+                command = command.commands[name]
             [param] = [p for p in command.params if option in getattr(p, "opts", ())]
             if param.default is None:
                 continue  # its default lives in the code (checked above)
@@ -412,7 +474,7 @@ def test_the_readme_defaults_table_matches_the_code():
 def test_the_fast_lock_path_uses_the_same_ttl():
     from delegate.entry import coord as fastcoord
 
-    group = typer.main.get_command(cli.app).commands["lock"]  # type: ignore[attr-defined]
+    group = cli.full_command().commands["lock"]
     for action in ("acquire", "renew"):
         [ttl] = [p for p in group.commands[action].params if p.name == "ttl"]
         assert ttl.default == fastcoord.LOCK_TTL_S

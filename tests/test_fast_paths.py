@@ -74,3 +74,84 @@ def test_a_cron_run_whose_job_exists_loads_nothing_heavy(home: Path, tmux_env, t
     code, loaded, out = _probe(home, "cron", "run", "nightly", env=tmux_env)
     assert code == 0 and out.split()[0] == job_id and "already submitted" in out
     assert loaded == []
+
+
+# `ps` as JSON: answered without typer, the same as the typer command says it.
+TYPER_RUN = """
+import sys
+from delegate.config import logsetup
+from delegate.cli.app import run
+logsetup.configure()
+sys.exit(run(sys.argv[1:]))
+"""
+
+
+def _typer_run(home: Path, *argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", TYPER_RUN, *argv],
+        env=cli_env(home, env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _without_age(text: str) -> list[dict[str, object]]:
+    """The JSON lines without `age_s`, which grows between two runs."""
+    return [
+        {k: v for k, v in json.loads(line).items() if k != "age_s"} for line in text.splitlines()
+    ]
+
+
+def test_the_fast_ps_parser_matches_the_typer_command():
+    from delegate.cli import app as cli
+    from delegate.entry import ps as fastps
+
+    command = cli.full_command().commands["ps"]
+    options = {o: not p.is_flag for p in command.params for o in p.opts if o.startswith("--")}
+    assert options == fastps.PS_OPTIONS
+    [limit] = [p for p in command.params if p.name == "limit"]
+    assert limit.default == fastps.DEFAULT_LIMIT
+
+
+def test_ps_json_fast_path_says_what_the_typer_path_says(home: Path, tmux_env, tmp_path: Path):
+    from .test_monitor import submit_no_wait, wait_running
+
+    empty = [
+        _probe(home, "ps", "--json", env=tmux_env),
+        _typer_run(home, "ps", "--json", env=tmux_env),
+    ]
+    assert empty[0][0] == empty[1].returncode == 0 and empty[0][2] == empty[1].stdout == ""
+    running = submit_no_wait(home, tmux_env, tmp_path, "sleep 60")
+    done = submit_no_wait(home, tmux_env, tmp_path, "echo done")
+    wait_running(home, running)
+    state = State.open(env=cli_env(home, tmux_env))
+    retry_until(lambda: state.registry.get(done).status.terminal, timeout=30)
+    pending = run_cli(home, "register", "--cmd", "true").stdout.strip()
+    run_cli(home, "cancel", run_cli(home, "register").stdout.strip())
+    for argv in (
+        ["ps", "--json"],
+        ["ps"],  # piped: JSON by the output rule
+        ["ps", "--json", "--all", "--wide"],
+        ["ps", "--limit=1", "--json"],
+        ["ps", "--limit", "0", "--json"],
+    ):
+        code, loaded, fast_out = _probe(home, *argv, env=tmux_env)
+        slow = _typer_run(home, *argv, env=tmux_env)
+        assert loaded == [], argv  # answered without typer
+        assert code == slow.returncode == 0, (argv, slow.stderr)
+        assert _without_age(fast_out) == _without_age(slow.stdout), argv
+        ids = {str(r["job_id"]) for r in _without_age(fast_out)}
+        assert {running, pending} <= ids, argv  # open jobs are always listed
+        finished = {"--limit": 0, "--limit=1": 1}.get(argv[1], 2) if len(argv) > 1 else 2
+        assert len(ids) == 2 + finished, argv  # and the most recent `--limit` finished ones
+    for bad in (
+        ["ps", "--limit", "-1", "--json"],
+        ["ps", "--nope", "--json"],
+        ["ps", "x", "--json"],
+    ):
+        code, loaded, _ = _probe(home, *bad, env=tmux_env)
+        slow = _typer_run(home, *bad, env=tmux_env)
+        assert code == slow.returncode == 64, bad
+        assert "typer" in loaded  # left to typer, which says what is wrong
+    run_cli(home, "cancel", running, env=tmux_env)

@@ -58,7 +58,10 @@ def pane_pid(home: Path, job_id: str) -> int:
 
 
 def supervisor_pid(home: Path, job_id: str) -> int:
-    return int((home / "logs" / job_id / "subscriber.ready").read_text().strip())
+    """The job's supervisor, once subscribed (submit --no-wait on SQLite returns before)."""
+    ready = home / "logs" / job_id / "subscriber.ready"
+    retry_until(lambda: ready.exists() and ready.read_text().strip(), timeout=30)
+    return int(ready.read_text().strip())
 
 
 def monitor_once(home: Path, env: dict[str, str], *args: str) -> list[dict]:

@@ -19,6 +19,7 @@ from delegate.core.model import JobState, SessionState
 from delegate.services.state import State
 
 from .helpers import (
+    assert_one_line_error,
     cli_env,
     delegate_cmd,
     json_lines,
@@ -507,3 +508,67 @@ def test_submit_waits_at_a_terminal_and_returns_at_once_without_one(
         "progress",
         "completed",
     ]
+
+
+# --- the detached supervisor's readiness -----------------------------------------------------
+
+
+def test_a_supervisor_that_dies_before_it_is_ready_fails_the_submit_and_starts_nothing(
+    home: Path, tmux_env, tmp_path: Path
+):
+    """On a broker the submit blocks on the supervisor's ready pipe; a supervisor that exits
+    first (here: no broker listens) ends the pipe without its byte. The submit says so in one
+    line with the supervisor's own reason, the job ends launch_failed, and nothing was started:
+    no tmux session, no session row, no supervisor, no open job."""
+    from .mqtt_fixtures import free_port
+
+    bus = f"mqtt://127.0.0.1:{free_port()}"
+    refused = submit_shell(home, tmux_env, tmp_path, "echo never", "--no-wait", "--bus", bus)
+    assert_one_line_error(refused)
+    assert "exited before it was ready: broker 127.0.0.1" in refused.stderr
+    assert "refused the connection" in refused.stderr
+    (job,) = open_state(home).registry.list()
+    assert job.status is JobState.ERROR and job.error.startswith("launch_failed: ")
+    assert f"job {job.job_id} ended launch_failed" in refused.stderr
+    assert SessionInventory(open_state(home).layout.sessions_db).list() == []
+    assert Tmux(tmux_env["DELEGATE_TMUX_SOCKET"]).panes(owned_only=False) == []
+    assert not (home / "logs" / job.job_id / "subscriber.ready").exists()
+    listed = run_cli(home, "ps", "--json", "--limit", "0", env=tmux_env)
+    assert listed.returncode == 0 and listed.stdout == ""
+
+
+def test_on_a_broker_submit_returns_once_the_supervisor_said_it_is_ready(
+    home: Path, tmux_env, tmp_path: Path, broker
+):
+    """The supervisor writes its pid file, then its byte on the pipe: a submit --no-wait that
+    returned has seen the byte, so the file is there at once, and no event was missed."""
+    env = {**tmux_env, "DELEGATE_BUS": broker.url}
+    done = submit_shell(home, env, tmp_path, "echo hi", "--no-wait", "--json")
+    assert done.returncode == 0, done.stderr
+    job_id = json.loads(done.stdout)["job_id"]
+    ready = home / "logs" / job_id / "subscriber.ready"
+    assert ready.exists()  # no retry: it was written before submit could return
+    assert alive(int(ready.read_text()))
+    state = open_state(home)
+    retry_until(lambda: state.registry.get(job_id).status.terminal, timeout=60)
+    assert state.registry.get(job_id).status is JobState.COMPLETED
+    received = [e["event"] for e in state.audit.read_events(job_id, "received")]
+    assert received[0] == "started" and received[-1] == "completed"
+
+
+def test_on_sqlite_a_late_supervisor_loses_no_event_so_no_one_waits_for_it(home: Path):
+    """Every event of a job published before its supervisor starts reaches it: the SQLite bus
+    keeps them. So the supervisor is started without a ready pipe, and start returns at once."""
+    from delegate.services.jobs.launch import start_detached_supervisor
+
+    job_id = run_cli(home, "register", "--cmd", "true").stdout.strip()
+    for event in ("started", "progress", "completed"):
+        published = run_cli(home, "publish", "--job", job_id, "--event", event)
+        assert published.returncode == 0, published.stderr
+    state = open_state(home)
+    process = start_detached_supervisor(state, job_id)
+    assert "--ready-fd" not in process.args  # type: ignore[operator]
+    assert process.wait(timeout=60) == 0
+    received = [e["event"] for e in state.audit.read_events(job_id, "received")]
+    assert received == ["started", "progress", "completed"]
+    assert (home / "logs" / job_id / "subscriber.ready").exists()

@@ -1,4 +1,4 @@
-"""The only module that talks to tmux (through libtmux's command wrapper).
+"""The only module that talks to tmux: one `tmux -S SOCKET ...` process per call.
 
 Sessions made by the toolkit carry the session option `@delegate_job`, so one `list-panes -a`
 query finds every pane that belongs to us. Commands are passed to tmux as an argument vector,
@@ -10,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import Pane, TmuxView
@@ -37,6 +39,37 @@ _NO_SERVER = ("no server running", "No such file or directory", "Connection refu
 # What a server that is still up but has no session left says (it exits a moment later).
 _NO_SESSIONS = ("no current target", "no sessions")
 _SEP = "\x1f"  # unit separator: cannot appear in a session name we allow
+
+
+class TmuxResult(NamedTuple):
+    """What one tmux call printed, split into lines (stdout without its trailing empty lines,
+    stderr without empty lines), and its exit status."""
+
+    returncode: int
+    stdout: list[str]
+    stderr: list[str]
+
+
+def run_tmux(socket_path: str, *args: str) -> TmuxResult:
+    """Run `tmux -S socket_path ARGS...` (an argument vector, never a shell).
+
+    Raises FileNotFoundError when there is no tmux binary on PATH."""
+    binary = shutil.which("tmux")
+    if binary is None:
+        raise FileNotFoundError("tmux")
+    done = subprocess.run(
+        [binary, f"-S{socket_path}", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        errors="backslashreplace",
+        check=False,
+    )
+    stdout = done.stdout.split("\n")
+    while stdout and stdout[-1] == "":
+        stdout.pop()
+    return TmuxResult(done.returncode, stdout, [line for line in done.stderr.split("\n") if line])
 
 
 class TmuxError(DelegateError):
@@ -132,12 +165,9 @@ class Tmux:
     """
 
     def __init__(self, socket: str | None = None, env: Mapping[str, str] | None = None) -> None:
-        import libtmux  # slow to import; only commands that touch tmux pay for it
-
         self.socket_path = socket_path_for(socket, env)
         # A `-L` name (or the default) lives in tmux's own per-user folder, which tmux vets.
         self._private_folder = not (socket and "/" in socket)
-        self._server = libtmux.Server(socket_path=self.socket_path)
 
     def prepare(self) -> None:
         """Make sure a server can be started on this socket: its folder exists (made as tmux
@@ -149,17 +179,15 @@ class Tmux:
         env = os.environ if env is None else env
         return cls(env.get(SOCKET_ENV) or None, env)
 
-    def _cmd(self, *args: str) -> Any:
+    def _cmd(self, *args: str) -> TmuxResult:
         """One tmux call; a missing tmux binary becomes a TmuxUnreachable."""
         try:
-            return self._server.cmd(*args)
-        except Exception as exc:  # libtmux raises its own TmuxCommandNotFound, or OSError
-            if type(exc).__name__ == "TmuxCommandNotFound" or isinstance(exc, OSError):
-                raise TmuxUnreachable(self.socket_path, "the tmux binary was not found") from None
-            raise
+            return run_tmux(self.socket_path, *args)
+        except OSError:
+            raise TmuxUnreachable(self.socket_path, "the tmux binary was not found") from None
 
     def _run(self, *args: str) -> list[str]:
-        result: Any = self._cmd(*args)
+        result = self._cmd(*args)
         if result.returncode != 0:
             message = " ".join(result.stderr).strip() or f"tmux {args[0]} failed"
             raise TmuxError(f"tmux: {message}")
@@ -168,7 +196,7 @@ class Tmux:
     def _run_for_output(self, what: str, *args: str) -> str:
         """The last line a tmux call printed; tmux's own stderr in the error when it printed
         none (tmux may fail, say to create its socket, and still exit 0)."""
-        result: Any = self._cmd(*args)
+        result = self._cmd(*args)
         out = [line for line in result.stdout if line.strip()]
         if result.returncode == 0 and out:
             return str(out[-1])
@@ -238,7 +266,7 @@ class Tmux:
         """
         fmt = _SEP.join(f"#{{{f}}}" for f in _FIELDS)
         try:
-            result: Any = self._cmd("list-panes", "-a", "-F", fmt)
+            result = self._cmd("list-panes", "-a", "-F", fmt)
         except TmuxUnreachable as exc:
             return TmuxView(self.socket_path, "unreachable", reason=exc.reason)
         if result.returncode != 0:
@@ -316,7 +344,7 @@ class Tmux:
             victims.update(processes_of_job(job_id))
         victims.discard(os.getpid())
         terminate(pids, victims, grace_s=grace_s)
-        result: Any = self._cmd("kill-session", "-t", f"={name}")
+        result = self._cmd("kill-session", "-t", f"={name}")
         if result.returncode != 0 and self.has_session(name):
             raise TmuxError(f"tmux: could not kill session {name}: {' '.join(result.stderr)}")
         return sorted(victims)
@@ -436,8 +464,6 @@ def terminate(group_leaders: Sequence[int], victims: set[int], *, grace_s: float
 
 def version() -> str:
     """What `tmux -V` prints (`tmux 3.3a`); TmuxUnreachable when tmux cannot be run."""
-    import subprocess
-
     try:
         done = subprocess.run(["tmux", "-V"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -5,21 +5,24 @@ Results go to stdout (JSON lines where asked); logs and errors go to stderr, one
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 
 from delegate.adapters.terminal import print_json as _print_json
-from delegate.cli.coord import register as register_coord
-from delegate.cli.hosts import host_app
+from delegate.cli.lazy import LazyGroup, build_from, shell_of
 from delegate.core.errors import DelegateError, say
+from delegate.entry.ps import DEFAULT_LIMIT as PS_LIMIT
 from delegate.services.jobs.register import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_WALL_TIMEOUT_S
 from delegate.services.state import State
 
 app = typer.Typer(
+    cls=LazyGroup,
     name="delegate",
     help="Hand work to AI coding agents and keep an exact, verifiable record of what they did.",
     no_args_is_help=True,
@@ -520,7 +523,7 @@ def ps(
     show_all: Annotated[bool, typer.Option("--all", help="Every job in the history.")] = False,
     limit: Annotated[
         int, typer.Option("--limit", help="How many recently finished jobs to show.")
-    ] = 10,
+    ] = PS_LIMIT,
     host: Annotated[
         str | None, typer.Option("--host", help="The open jobs this agent host reports.")
     ] = None,
@@ -537,8 +540,9 @@ def ps(
     TIME is how long a job has run (finished: start to end; queued or pending: its wait so far).
     Example: delegate ps --limit 20 --json
     """
-    from delegate.adapters.terminal import Column, print_listing
+    from delegate.adapters.terminal import Column, print_listing, wants_json
     from delegate.core.timefmt import human_duration, local_time
+    from delegate.entry.ps import print_ps_json
     from delegate.services.ps import rows
 
     if host is not None:  # what that agent host says of its open jobs (its presence)
@@ -560,6 +564,9 @@ def ps(
         return 0
     if limit < 0:
         raise typer.BadParameter("--limit must be zero or more")
+    if wants_json(as_json):  # what entry/ps.py answers without typer, said the same way
+        print_ps_json(_state(), show_all=show_all, limit=limit)
+        return 0
     listing = rows(_state(), show_all=show_all, limit=limit)
     if listing.tmux_note:
         say(listing.tmux_note)
@@ -750,8 +757,6 @@ cron_app = typer.Typer(
     help="Submit a job file on a schedule, one job per scheduled window.", no_args_is_help=True
 )
 app.add_typer(cron_app, name="cron")
-register_coord(app)
-app.add_typer(host_app, name="host")
 CrontabUserOpt = Annotated[
     str | None, typer.Option("--user", help="Edit this user's crontab (as root, like -u).")
 ]
@@ -974,6 +979,41 @@ def doctor(as_json: JsonOpt = False) -> int:
     return 0 if healthy(checks) else 1
 
 
+# Every command of `delegate`, in the order `--help` lists them, and the module defining it:
+# this one (`app`), or a module whose `commands` app holds it, imported only when it is called.
+_HERE = __name__
+_COORD = "delegate.cli.coord"
+_HOSTS = "delegate.cli.hosts"
+ROOT_COMMANDS: dict[str, str] = {
+    **dict.fromkeys(
+        ("register", "publish", "hook", "watch", "jobs", "show", "logs", "cancel", "pick"), _HERE
+    ),
+    **dict.fromkeys(("submit", "ps", "attach", "send", "peek"), _HERE),
+    **dict.fromkeys(("heartbeat", "agents", "block", "unblock", "deadlocks"), _COORD),
+    **dict.fromkeys(("monitor", "report", "doctor", "session", "cron"), _HERE),
+    **dict.fromkeys(("msg", "lock", "board", "bb", "bus", "claim"), _COORD),
+    "host": _HOSTS,
+}
+
+
+def _build(name: str) -> click.Command:
+    module = ROOT_COMMANDS[name]
+    holder = app if module == _HERE else importlib.import_module(module).commands
+    return build_from(holder, name, settings=app)
+
+
+def root_command() -> LazyGroup:
+    """The `delegate` group; each command is built, and its module imported, when called."""
+    root = typer.main.get_command(shell_of(app))
+    assert isinstance(root, LazyGroup)
+    return root.lazy(tuple(ROOT_COMMANDS), _build)
+
+
+def full_command() -> LazyGroup:
+    """The whole tree built at once (what `--help` and the tests walk)."""
+    return root_command().load_all()
+
+
 def run(argv: list[str]) -> int:
     """Run the typer app without letting it exit the process or print a traceback.
 
@@ -984,7 +1024,7 @@ def run(argv: list[str]) -> int:
 
     if not argv:
         argv = ["--help"]
-    command = typer.main.get_command(app)
+    command = root_command()
     try:
         result = command.main(args=argv, prog_name="delegate", standalone_mode=False)
     except Exit as exc:

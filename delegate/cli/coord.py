@@ -863,6 +863,10 @@ def bb_render() -> int:
     return 0
 
 
+# The root-level commands and groups this module adds to `delegate` (cli/app.py's table).
+commands = typer.Typer()
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(msg_app, name="msg")
     app.add_typer(lock_app, name="lock")
@@ -875,3 +879,6 @@ def register(app: typer.Typer) -> None:
     app.command("block")(block)
     app.command("unblock")(unblock)
     app.command("deadlocks")(deadlocks)
+
+
+register(commands)

@@ -130,3 +130,8 @@ def host_serve(
     os.umask(0o077)
     server.serve()
     return 0
+
+
+# The root-level group this module adds to `delegate` (cli/app.py's table).
+commands = typer.Typer()
+commands.add_typer(host_app, name="host")

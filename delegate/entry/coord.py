@@ -13,6 +13,7 @@ import sys
 from delegate.config.statefiles import COORD_DB
 from delegate.core import fastjson as json
 from delegate.core.errors import DelegateError, UsageError, say
+from delegate.entry.argv import parse_options
 
 TYPE_CHECKING = False  # this path imports no typing at run time
 if TYPE_CHECKING:
@@ -38,31 +39,7 @@ LOCK_OPTIONS: dict[str, dict[str, bool]] = {
 
 def parse_lock_args(action: str, argv: list[str]) -> tuple[str, dict[str, str | bool]]:
     """RESOURCE and the options of `lock ACTION`, as `--opt value`, `--opt=value` or flags."""
-    known = LOCK_OPTIONS[action]
-    values: dict[str, str | bool] = {}
-    positional: list[str] = []
-    rest = list(argv)
-    while rest:
-        arg = rest.pop(0)
-        if arg == "--":
-            positional.extend(rest)
-            break
-        if not arg.startswith("--"):
-            positional.append(arg)
-            continue
-        name, sep, value = arg.partition("=")
-        if name not in known:
-            raise UsageError(f"lock {action}: no such option {name}")
-        if not known[name]:
-            if sep:
-                raise UsageError(f"lock {action}: {name} takes no value")
-            values[name] = True
-            continue
-        if not sep:
-            if not rest:
-                raise UsageError(f"lock {action}: option {name} needs a value")
-            value = rest.pop(0)
-        values[name] = value
+    positional, values = parse_options(f"lock {action}", LOCK_OPTIONS[action], argv)
     if len(positional) != 1:
         raise UsageError(f"lock {action} takes one RESOURCE")
     return positional[0], values

@@ -11,10 +11,10 @@ import os
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from delegate.adapters.sessions_db import SessionInventory
 from delegate.adapters.tmux import Tmux, socket_path_for
 from delegate.core.model import Job, JobState, Pane, SessionState, TmuxView
 from delegate.core.timefmt import parse_timestamp, record_timestamp, seconds_between
-from delegate.services.jobs.launch import inventory
 from delegate.services.state import State
 
 
@@ -129,10 +129,9 @@ def rows(
             registry.recent_finished(limit), key=lambda j: (j.created_at, j.job_id)
         )
     names = sorted({j.session for j in jobs if j.session})
+    inventory = SessionInventory(state.layout.sessions_db)
     sessions = (
-        inventory(state).by_names(names)
-        if len(names) < 900
-        else {s.name: s for s in inventory(state).list()}
+        inventory.by_names(names) if len(names) < 900 else {s.name: s for s in inventory.list()}
     )
     default = socket_path_for(state.env.get("DELEGATE_TMUX_SOCKET"), state.env)
     # tmux is asked only about servers where a listed session may still exist: a session whose

@@ -17,7 +17,14 @@ from collections.abc import Mapping
 from delegate.adapters.bus.base import Bus, Message, Subscription
 from delegate.core.errors import BusError
 
-__all__ = ["Bus", "Message", "Subscription", "open_bus"]
+__all__ = ["Bus", "Message", "Subscription", "keeps_history", "open_bus"]
+
+
+def keeps_history(url: str) -> bool:
+    """Whether a one-job subscriber that arrives late still gets every event the job published
+    before it subscribed: SQLite keeps them all (a subscription reads the job's history from its
+    first message); a broker keeps only the retained terminal outcome."""
+    return url.split("://", 1)[0].lower() == "sqlite" if "://" in url else False
 
 
 def open_bus(url: str, env: Mapping[str, str] | None = None) -> Bus:
