@@ -27,7 +27,6 @@ if TYPE_CHECKING:  # the client side must stay light: typing, pathlib, tempfile 
     from pathlib import Path
     from typing import Any
 
-SOCKET_ENV = "DELEGATE_PUBLISH_SOCKET"
 MAX_REQUEST = 1024 * 1024
 CONNECTION_TIMEOUT_S = 10.0  # a client that stops talking frees the server after this
 REMEMBERED_ANSWERS = 1024

@@ -17,6 +17,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import IO, Any, NamedTuple, TypeVar
 
+from delegate.config.settings import settings
+
 T = TypeVar("T")
 
 MIN_FREE_WIDTH = 8  # a free-text cell is cut no shorter than this (nor than its header)...
@@ -35,9 +37,9 @@ class Column(NamedTuple):
 def terminal_width(stream: IO[str] | None = None) -> int:
     """The width of the terminal `stream` writes to: $COLUMNS, the window's, else 80 (also
     for a terminal that reports no size, as a fresh pseudo-terminal does)."""
-    given = os.environ.get("COLUMNS", "")
-    if given.isdigit() and int(given) > 0:
-        return int(given)
+    given = settings().columns
+    if given is not None:
+        return given
     stream = stream or sys.stdout
     try:
         columns = os.get_terminal_size(stream.fileno()).columns

@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from delegate.config.settings import DEFAULT_TMUX_TMPDIR, TMUX_SOCKET_ENV, TMUX_TMPDIR_ENV, settings
 from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import Pane, TmuxView
 
-SOCKET_ENV = "DELEGATE_TMUX_SOCKET"
 OWNER_OPTION = "@delegate_job"
 _SESSION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _FIELDS = (
@@ -92,8 +92,8 @@ def socket_path_for(socket: str | None, env: Mapping[str, str] | None = None) ->
     """
     if socket and "/" in socket:
         return os.path.abspath(socket)
-    env = os.environ if env is None else env
-    base = env.get("TMUX_TMPDIR") or "/tmp"  # noqa: S108 - where tmux itself looks
+    env = settings().env if env is None else env
+    base = env.get(TMUX_TMPDIR_ENV) or DEFAULT_TMUX_TMPDIR
     return os.path.join(base, f"tmux-{os.getuid()}", socket or "default")
 
 
@@ -176,8 +176,8 @@ class Tmux:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Tmux:
-        env = os.environ if env is None else env
-        return cls(env.get(SOCKET_ENV) or None, env)
+        env = settings().env if env is None else env
+        return cls(env.get(TMUX_SOCKET_ENV) or None, env)
 
     def _cmd(self, *args: str) -> TmuxResult:
         """One tmux call; a missing tmux binary becomes a TmuxUnreachable."""

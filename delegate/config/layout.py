@@ -6,21 +6,17 @@ Precedence: explicit argument > `DELEGATE_*` environment > default. The environm
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from delegate.config.settings import BUS_ENV, HOME_ENV, settings
 from delegate.config.statefiles import BUS_DB, COORD_DB, CRON_BOOK, JOBS_DIR, LOGS_DIR, SESSIONS_DB
 from delegate.core.errors import ConfigError
-
-HOME_ENV = "DELEGATE_HOME"
-BUS_ENV = "DELEGATE_BUS"
-JOB_ENV = "DELEGATE_JOB_ID"
 
 
 def state_home(env: Mapping[str, str] | None = None) -> Path:
     """`$DELEGATE_HOME`, else the platform's user state dir for `delegate`."""
-    env = os.environ if env is None else env
+    env = settings().env if env is None else env
     explicit = env.get(HOME_ENV)
     if explicit:
         return Path(explicit).expanduser().absolute()
@@ -69,7 +65,7 @@ class Layout:
 def bus_url(
     layout: Layout, env: Mapping[str, str] | None = None, explicit: str | None = None
 ) -> str:
-    env = os.environ if env is None else env
+    env = settings().env if env is None else env
     url = explicit or env.get(BUS_ENV) or layout.default_bus_url()
     if "://" not in url:
         raise ConfigError(f"bus URL {url!r} has no scheme; use sqlite:///path or mqtt://host:port")

@@ -8,21 +8,22 @@ point (`configure`), either at once or, on the fast path, at the first message.
 
 from __future__ import annotations
 
-import os
 import sys
+
+from delegate.config.settings import DEFAULT_LOG_LEVEL, settings
 
 TYPE_CHECKING = False  # typing (and the re it imports) costs ~10 ms on the publish path
 if TYPE_CHECKING:
     from typing import Any
 
 _configure_on_first_use = False
-DEFAULT_LEVEL = "WARNING"  # without DELEGATE_LOG_LEVEL
+DEFAULT_LEVEL = DEFAULT_LOG_LEVEL  # without DELEGATE_LOG_LEVEL
 
 
 def configure() -> None:
     import logging
 
-    level = os.environ.get("DELEGATE_LOG_LEVEL", DEFAULT_LEVEL).upper()
+    level = settings().log_level.upper()
     logging.basicConfig(
         level=getattr(logging, level, logging.WARNING),
         stream=sys.stderr,

@@ -32,17 +32,18 @@ from __future__ import annotations
 
 import os
 import shlex
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from delegate.config.settings import CONFIG_ENV, settings
+from delegate.config.tomlfile import read_toml
 from delegate.core.errors import ConfigError, UsageError
 
 if TYPE_CHECKING:
     from delegate.core.policy import Caps
 
-CONFIG_ENV = "DELEGATE_CONFIG"
+CONFIG_FILE = "delegate.toml"  # in the state directory, unless DELEGATE_CONFIG names another
 PROMPT_MODES = ("stdin", "file")
 CLEAN_EXIT = ("completed", "error")
 NOTIFY_EVENTS_DEFAULT = ("permission_required", "completed", "error")
@@ -126,10 +127,10 @@ def config_path(home: Path, env: Mapping[str, str] | None = None) -> Path:
     DELEGATE_CONFIG must be there and readable (a typo there would otherwise silently drop
     every profile, cap and notifier): ConfigError (exit 64) when it is not.
     """
-    env = os.environ if env is None else env
+    env = settings().env if env is None else env
     explicit = env.get(CONFIG_ENV)
     if not explicit:
-        return home / "delegate.toml"
+        return home / CONFIG_FILE
     path = Path(explicit).expanduser()
     try:
         with path.open("rb"):
@@ -146,15 +147,20 @@ def config_path(home: Path, env: Mapping[str, str] | None = None) -> Path:
 
 
 def load_config(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        return {}
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    """The tables of the config file at `path`; a missing file is an empty configuration."""
+    return read_toml(path, missing_ok=True)
+
+
+class ConfigFile(NamedTuple):
+    path: Path  # named in error messages about the file's tables
+    tables: dict[str, Any]
+
+
+def read_config(home: Path, env: Mapping[str, str] | None = None) -> ConfigFile:
+    """The configuration of the state directory `home`: where it is (`config_path`) and what
+    it says (`load_config`), the one way services read delegate.toml."""
+    path = config_path(home, env)
+    return ConfigFile(path, load_config(path))
 
 
 def _profile_from_table(name: str, table: object, source: Path) -> Profile:

@@ -7,17 +7,14 @@ times are integer epoch milliseconds with `now` passed in (tests inject it, noth
 
 from __future__ import annotations
 
-import os
+from delegate.config.settings import AGENT_ENV, JOB_ENV, settings
 
 TYPE_CHECKING = False  # the fast path of `lock acquire` imports this package
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-AGENT_ENV = "DELEGATE_AGENT_ID"
-JOB_ENV = "DELEGATE_JOB_ID"
-
 
 def default_agent(given: str | None, env: Mapping[str, str] | None = None) -> str | None:
     """`--owner`/`--agent` when given, else this agent's id: DELEGATE_AGENT_ID, else its job."""
-    env = os.environ if env is None else env
+    env = settings().env if env is None else env
     return given or env.get(AGENT_ENV) or env.get(JOB_ENV) or None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
+from delegate.config.settings import settings
 from delegate.config.statefiles import COORD_DB
 from delegate.core import fastjson as json
 from delegate.core.errors import DelegateError, UsageError, say
@@ -57,7 +58,7 @@ def _number(values: dict[str, str | bool], name: str, default: float) -> float:
 
 def _coord_db() -> str:
     """coord.db of $DELEGATE_HOME as a plain string: pathlib costs ~10 ms to import."""
-    home = os.environ.get("DELEGATE_HOME")
+    home = settings().home
     if home:
         return os.path.join(os.path.abspath(os.path.expanduser(home)), COORD_DB)
     from delegate.config.layout import Layout, state_home  # no $DELEGATE_HOME: pathlib it is
@@ -102,7 +103,7 @@ def acquire_lease(
 def announce(events: list[dict[str, object]]) -> None:
     """Publish coordination events on the actor's job bus (`services.coord.announce`), which
     only a process inside a job has: the others do not import it (~15 ms)."""
-    if events and os.environ.get("DELEGATE_JOB_ID"):
+    if events and settings().job_id:
         from delegate.services.coord import announce as announce_on_job_bus
 
         announce_on_job_bus(events)

@@ -13,6 +13,7 @@ import sys
 import time
 
 from delegate.adapters.registry_keys import job_id_for_key
+from delegate.config.settings import settings
 from delegate.config.statefiles import CRON_BOOK, JOBS_DIR
 from delegate.core import fastjson as json
 
@@ -40,7 +41,7 @@ def existing_line(home: str, name: str, now: float) -> str | None:
 
 
 def main_cron_run(name: str) -> int:
-    home = os.environ.get("DELEGATE_HOME")
+    home = settings().home
     line = existing_line(home, name, time.time()) if home else None
     if line is None:
         return -1  # the caller takes the full path

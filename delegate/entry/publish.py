@@ -6,9 +6,9 @@ it needs. Its options mirror the typer command (a test checks the two stay the s
 
 from __future__ import annotations
 
-import os
 import sys
 
+from delegate.config.settings import settings
 from delegate.core import (
     fastjson as json,  # `json` imports `re`: milliseconds this path cannot spare
 )
@@ -58,8 +58,7 @@ def run_publish(*, job: str | None, event: str, detail: str = "", data: str | No
 
 def _via_wrapper(args: dict[str, str | None]) -> int | None:
     """Publish through the pane's wrapper when it serves this job; None to publish directly."""
-    path = os.environ.get("DELEGATE_PUBLISH_SOCKET")
-    own_job = os.environ.get("DELEGATE_JOB_ID")
+    path, own_job = settings().publish_socket, settings().job_id
     if not path or not own_job or args["job"] not in (None, own_job):
         return None
     from delegate.adapters.publish_socket import request

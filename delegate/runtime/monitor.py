@@ -22,6 +22,7 @@ from typing import Any
 
 from delegate.adapters.bus import Subscription, open_bus
 from delegate.config.logsetup import get_logger
+from delegate.config.settings import BUS_ENV
 from delegate.core.errors import DelegateError
 from delegate.core.model import EVENT_TARGET_STATE, EventType, Job, JobState
 from delegate.core.policy import HOST_LOST, PolicySettings, SeenEvent, next_deadline_s
@@ -117,7 +118,7 @@ class Monitor:
                 from delegate.services.state import with_own_credentials
 
                 bus = open_bus(
-                    with_own_credentials(url, self.state.env.get("DELEGATE_BUS")),
+                    with_own_credentials(url, self.state.env.get(BUS_ENV)),
                     env=self.state.env,
                 )
                 self._subscriptions[url] = bus.subscribe(None, live_only=True)

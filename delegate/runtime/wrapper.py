@@ -26,6 +26,14 @@ from typing import IO, Any
 
 from delegate.adapters.fsio import path_with
 from delegate.config import logsetup
+from delegate.config.settings import (
+    BUS_ENV,
+    HOME_ENV,
+    JOB_ENV,
+    PATH_ENV,
+    PUBLISH_SOCKET_ENV,
+    process_env,
+)
 from delegate.coord.heartbeats import Beater
 from delegate.core.errors import BusError, DelegateError, PublishRefused, say
 from delegate.core.model import EventType
@@ -117,11 +125,11 @@ def agent_environment(state: State, job_id: str) -> dict[str, str]:
     saved = agent_env.load(state, job_id)
     if saved is not None:
         return saved
-    env = dict(os.environ)
-    env["DELEGATE_JOB_ID"] = job_id
-    env["DELEGATE_HOME"] = str(state.layout.home)
-    env["DELEGATE_BUS"] = state.bus_url_for(state.registry.get(job_id))
-    env["PATH"] = path_with(str(Path(sys.executable).parent), env.get("PATH"))
+    env = process_env()
+    env[JOB_ENV] = job_id
+    env[HOME_ENV] = str(state.layout.home)
+    env[BUS_ENV] = state.bus_url_for(state.registry.get(job_id))
+    env[PATH_ENV] = path_with(str(Path(sys.executable).parent), env.get(PATH_ENV))
     return env
 
 
@@ -333,8 +341,8 @@ def _run(job_id: str, relay: SignalRelay, given: State | None) -> int:
     # The pane's own environment only says where the state is; the agent's environment, and
     # with it the broker login this wrapper reports with, is the one submit saved for the job.
     home = (given or State.open()).layout.home
-    env = agent_environment(given or State.open(env={"DELEGATE_HOME": str(home)}), job_id)
-    state = given or State.open(env={**env, "DELEGATE_HOME": str(home)})
+    env = agent_environment(given or State.open(env={HOME_ENV: str(home)}), job_id)
+    state = given or State.open(env={**env, HOME_ENV: str(home)})
     job = state.registry.get(job_id)
     launch = job.launch
     argv = list(launch.get("argv") or [])
@@ -362,7 +370,7 @@ def _run(job_id: str, relay: SignalRelay, given: State | None) -> int:
         argv = identity.hand_over_prompt(argv, prompt_path) if mode == "file" else argv
     server = serve_publishes(state, job_id, identity)
     if server is not None:
-        env["DELEGATE_PUBLISH_SOCKET"] = str(server.path)
+        env[PUBLISH_SOCKET_ENV] = str(server.path)
     try:
         return _run_agent(
             state, job_id, argv, workdir, env, stdin_spec, prompt_path, log_path, relay, identity

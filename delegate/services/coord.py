@@ -8,12 +8,12 @@ monitor and the report see coordination beside the job's own events.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
-from delegate.config.layout import HOME_ENV, JOB_ENV, Layout, state_home
+from delegate.config.layout import Layout, state_home
 from delegate.config.logsetup import get_logger
+from delegate.config.settings import HOME_ENV, JOB_ENV, settings
 from delegate.coord import default_agent
 from delegate.coord.heartbeats import Thresholds
 from delegate.coord.store import CoordStore
@@ -30,16 +30,16 @@ __all__ = [
 
 
 def open_coord(env: Mapping[str, str] | None = None) -> CoordStore:
-    env = os.environ if env is None else env
+    env = settings().env if env is None else env
     return CoordStore(Layout(state_home(env)).coord_db)
 
 
 def heartbeat_thresholds(env: Mapping[str, str] | None = None) -> Thresholds:
     """`[heartbeat] warn/stale/dead` of delegate.toml, else the defaults."""
-    from delegate.config.profiles import config_path, load_config
+    from delegate.config.profiles import read_config
 
-    env = os.environ if env is None else env
-    config = load_config(config_path(state_home(env), env))
+    env = settings().env if env is None else env
+    config = read_config(state_home(env), env).tables
     return Thresholds.from_config(config.get("heartbeat"))
 
 
@@ -56,7 +56,7 @@ def describe_event(event: Mapping[str, Any]) -> str:
 def announce(events: list[dict[str, Any]], env: Mapping[str, str] | None = None) -> None:
     """Publish coordination events on the actor's own job's bus, when it runs in a job. The
     change is already recorded; a publish that fails is a warning, never an error."""
-    env = os.environ if env is None else env
+    env = settings().env if env is None else env
     if not events or not env.get(JOB_ENV) or not env.get(HOME_ENV):
         return
     from delegate.core import fastjson as json
@@ -80,7 +80,7 @@ def finished_job_agents(agents: list[str], env: Mapping[str, str] | None = None)
     from delegate.core.model import validate_job_id
     from delegate.services.state import State
 
-    env = os.environ if env is None else env
+    env = settings().env if env is None else env
     candidates = []
     for agent in agents:
         try:

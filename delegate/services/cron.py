@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from delegate.adapters.fsio import FileLock, atomic_write
+from delegate.config.settings import CONFIG_ENV, HOME_ENV, TMUX_SOCKET_ENV, TMUX_TMPDIR_ENV
 from delegate.core.errors import DelegateError, UsageError
 from delegate.services.state import State
 
@@ -273,7 +274,7 @@ class CronBook:
         atomic_write(self.path, json.dumps(entries, indent=2, sort_keys=True).encode())
 
 
-CRON_ENV = ("DELEGATE_HOME", "DELEGATE_CONFIG", "DELEGATE_TMUX_SOCKET", "TMUX_TMPDIR")
+CRON_ENV = (HOME_ENV, CONFIG_ENV, TMUX_SOCKET_ENV, TMUX_TMPDIR_ENV)
 
 
 def cron_quote(value: str) -> str:
@@ -290,18 +291,16 @@ def cron_settings(state: State) -> list[tuple[str, str]]:
     (DELEGATE_HOME, always), the config file (DELEGATE_CONFIG), and where tmux lives
     (DELEGATE_TMUX_SOCKET as the socket's path, TMUX_TMPDIR), so the jobs cron starts land in the
     state dir and on the tmux server the person who added the line looks at."""
-    from delegate.adapters.tmux import SOCKET_ENV, socket_path_for
+    from delegate.adapters.tmux import socket_path_for
 
     env = state.env
-    found = [("DELEGATE_HOME", str(state.layout.home))]
-    if env.get("DELEGATE_CONFIG"):
-        found.append(
-            ("DELEGATE_CONFIG", os.path.abspath(os.path.expanduser(env["DELEGATE_CONFIG"])))
-        )
-    if env.get(SOCKET_ENV):  # the tmux server jobs go to, as when the line was added
-        found.append((SOCKET_ENV, socket_path_for(env[SOCKET_ENV], env)))
-    if env.get("TMUX_TMPDIR"):
-        found.append(("TMUX_TMPDIR", os.path.abspath(env["TMUX_TMPDIR"])))
+    found = [(HOME_ENV, str(state.layout.home))]
+    if env.get(CONFIG_ENV):
+        found.append((CONFIG_ENV, os.path.abspath(os.path.expanduser(env[CONFIG_ENV]))))
+    if env.get(TMUX_SOCKET_ENV):  # the tmux server jobs go to, as when the line was added
+        found.append((TMUX_SOCKET_ENV, socket_path_for(env[TMUX_SOCKET_ENV], env)))
+    if env.get(TMUX_TMPDIR_ENV):
+        found.append((TMUX_TMPDIR_ENV, os.path.abspath(env[TMUX_TMPDIR_ENV])))
     return found
 
 

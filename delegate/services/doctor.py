@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from delegate.adapters.bus import open_bus
+from delegate.config.settings import TMUX_SOCKET_ENV
 from delegate.core.errors import DelegateError
 from delegate.core.model import JobState
 from delegate.services.state import State, strip_credentials
@@ -88,11 +89,10 @@ def run_checks(state: State) -> list[Check]:
 def config_check(state: State) -> Check:
     """The config file (DELEGATE_CONFIG, else delegate.toml in the state dir) reads and its
     profiles parse; a missing default file is an empty config."""
-    from delegate.config.profiles import config_path, load_config, max_running_caps, profiles
+    from delegate.config.profiles import max_running_caps, profiles, read_config
 
     try:
-        source = config_path(state.layout.home, state.env)
-        config = load_config(source)
+        source, config = read_config(state.layout.home, state.env)
         known = profiles(config, source)
         max_running_caps(config)
     except DelegateError as exc:
@@ -106,7 +106,6 @@ def tmux_checks(state: State) -> list[Check]:
     """tmux's version, the folder its socket lives in, and a round trip on a private socket
     (start a server, create and kill a session): what every launch needs."""
     from delegate.adapters.tmux import (
-        SOCKET_ENV,
         Tmux,
         TmuxError,
         round_trip,
@@ -121,7 +120,7 @@ def tmux_checks(state: State) -> list[Check]:
     checks = [Check("tmux", OK, found)]
     socket = Tmux.from_env(state.env).socket_path
     folder = os.path.dirname(socket)
-    named_path = "/" in (state.env.get(SOCKET_ENV) or "")
+    named_path = "/" in (state.env.get(TMUX_SOCKET_ENV) or "")
     if os.path.isdir(folder):
         problem = None if named_path else socket_folder_problem(folder)
         if problem:

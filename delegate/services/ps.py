@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from delegate.adapters.sessions_db import SessionInventory
 from delegate.adapters.tmux import Tmux, socket_path_for
+from delegate.config.settings import TMUX_SOCKET_ENV
 from delegate.core.model import Job, JobState, Pane, SessionState, TmuxView
 from delegate.core.timefmt import parse_timestamp, record_timestamp, seconds_between
 from delegate.services.state import State
@@ -133,7 +134,7 @@ def rows(
     sessions = (
         inventory.by_names(names) if len(names) < 900 else {s.name: s for s in inventory.list()}
     )
-    default = socket_path_for(state.env.get("DELEGATE_TMUX_SOCKET"), state.env)
+    default = socket_path_for(state.env.get(TMUX_SOCKET_ENV), state.env)
     # tmux is asked only about servers where a listed session may still exist: a session whose
     # row is terminated is gone by the books, and an old history needs no tmux process at all.
     sockets = {

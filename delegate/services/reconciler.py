@@ -18,6 +18,7 @@ from typing import Any
 
 from delegate.adapters.tmux import Tmux, settle, socket_path_for
 from delegate.config.logsetup import get_logger
+from delegate.config.settings import TMUX_SOCKET_ENV
 from delegate.core.errors import DelegateError
 from delegate.core.model import EventType, Job, JobState, Pane, SessionState, TmuxView
 from delegate.core.policy import (
@@ -93,7 +94,7 @@ class Reconciler:
         self.actor = actor
         self.report = report
         self.now = now
-        self.default_socket = socket_path_for(state.env.get("DELEGATE_TMUX_SOCKET"), state.env)
+        self.default_socket = socket_path_for(state.env.get(TMUX_SOCKET_ENV), state.env)
         self.settings = replace(settings or PolicySettings(), default_socket=self.default_socket)
         self.tmux_queries = 0  # for the benchmark: tmux processes started by passes
         self.last_snapshot: Snapshot | None = None

@@ -17,6 +17,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from delegate.config.settings import JAVA_HOME_ENV, PATH_ENV, settings
 from delegate.core.errors import DelegateError, UsageError
 from delegate.services.state import State
 
@@ -35,18 +36,18 @@ class ReportResult(NamedTuple):
 
 
 def check_requirements(env: dict[str, str] | None = None) -> None:
-    env = dict(os.environ) if env is None else env
+    env = settings().env if env is None else env
     try:
         import pyspark  # noqa: F401
     except ImportError:
         raise ReportUnavailable(
             "delegate report needs PySpark: pip install 'delegate[spark]' (make setup does it)"
         ) from None
-    java_home = env.get("JAVA_HOME")
+    java_home = env.get(JAVA_HOME_ENV)
     java = (
         Path(java_home) / "bin" / "java"
         if java_home
-        else shutil.which("java", path=env.get("PATH"))
+        else shutil.which("java", path=env.get(PATH_ENV))
     )
     if not java or not Path(java).exists():
         raise ReportUnavailable(

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from delegate.adapters.sessions_db import SessionError
 from delegate.adapters.tmux import Tmux, alive, processes_of_job, validate_session_name
-from delegate.config.profiles import config_path, load_config, profiles
+from delegate.config.profiles import config_path, profiles, read_config
 from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import Job, JobState, Session, SessionState
 from delegate.services.jobs.finish import SessionMove, end_job
@@ -98,8 +98,8 @@ def _ask_to_stop(state: State, job: Job, server: Tmux, name: str, groups: set[in
     """What the profile's `stop = {...}` says: `keys` (tmux key names typed into the pane, such
     as ["C-c"]), `command` (a line typed into the pane, such as "/exit"), or `signal` to the
     agent's process group (SIGINT when nothing is said)."""
-    source = config_path(state.layout.home, state.env)
-    table = load_config(source).get("profiles", {}).get(job.agent or "", {})
+    tables = read_config(state.layout.home, state.env).tables
+    table = tables.get("profiles", {}).get(job.agent or "", {})
     stop = table.get("stop", {}) if isinstance(table, dict) else {}
     stop = stop if isinstance(stop, dict) else {}
     if isinstance(stop.get("keys"), list):
@@ -217,8 +217,8 @@ def resume(
     if row.job_id is None:
         raise SessionError(f"session {name} never hosted a job")
     previous = state.registry.get(row.job_id)
-    source = config_path(state.layout.home, state.env)
-    known = profiles(load_config(source), source)
+    source, config = read_config(state.layout.home, state.env)
+    known = profiles(config, source)
     agent, cmd = previous.agent, None
     if agent not in known:
         argv = list(previous.launch.get("argv") or [])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -11,7 +10,8 @@ from delegate.adapters.audit import AuditLog
 from delegate.adapters.bus import Bus, open_bus
 from delegate.adapters.fsio import ensure_private_dir
 from delegate.adapters.registry import Registry
-from delegate.config.layout import BUS_ENV, Layout, bus_url, state_home
+from delegate.config.layout import Layout, bus_url, state_home
+from delegate.config.settings import BUS_ENV, settings
 from delegate.core.model import Job
 
 
@@ -59,7 +59,7 @@ class State:
 
     @classmethod
     def open(cls, env: Mapping[str, str] | None = None, home: Path | None = None) -> State:
-        env = dict(os.environ) if env is None else env
+        env = settings().env if env is None else env
         layout = Layout(home or state_home(env))
         for folder in (layout.home, layout.jobs, layout.logs):
             ensure_private_dir(folder)

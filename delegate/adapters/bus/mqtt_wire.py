@@ -8,16 +8,25 @@ so paho is used only by subscribers, which need its sessions, reconnects and ack
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from delegate.config.settings import (
+    DEFAULT_MQTT_PREFIX,
+    MQTT_CA_CERTS_ENV,
+    MQTT_CERTFILE_ENV,
+    MQTT_KEYFILE_ENV,
+    MQTT_PASSWORD_ENV,
+    MQTT_PREFIX_ENV,
+    MQTT_USERNAME_ENV,
+    settings,
+)
 from delegate.core.errors import BusError, ConfigError
 
-DEFAULT_PREFIX = "delegate"
+DEFAULT_PREFIX = DEFAULT_MQTT_PREFIX
 CONNECT_TIMEOUT_S = 10.0
 PUBLISH_TIMEOUT_S = 5.0
 
@@ -70,7 +79,7 @@ class MqttSettings(NamedTuple):
 
 def settings_from(url: str, env: Mapping[str, str] | None = None) -> MqttSettings:
     """Settings from the URL, completed from the environment; raise ConfigError when unusable."""
-    env = os.environ if env is None else env
+    env = settings().env if env is None else env
     parts = urlsplit(url)
     if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
         raise ConfigError(f"bus URL {url!r} is not mqtt://host[:port] or mqtts://host[:port]")
@@ -78,7 +87,7 @@ def settings_from(url: str, env: Mapping[str, str] | None = None) -> MqttSetting
     unknown = query.keys() - {"prefix", "ca", "cert", "key"}
     if unknown:
         raise ConfigError(f"bus URL has unknown parameter(s): {', '.join(sorted(unknown))}")
-    prefix = query.get("prefix", env.get("DELEGATE_MQTT_PREFIX", DEFAULT_PREFIX)).strip("/")
+    prefix = query.get("prefix", env.get(MQTT_PREFIX_ENV, DEFAULT_PREFIX)).strip("/")
     if not prefix or any(c in prefix for c in "+#\x00"):
         raise ConfigError(f"MQTT topic prefix {prefix!r} must be non-empty, without + or #")
     tls = parts.scheme == "mqtts"
@@ -91,11 +100,11 @@ def settings_from(url: str, env: Mapping[str, str] | None = None) -> MqttSetting
         port=port,
         tls=tls,
         prefix=prefix,
-        username=unquote(parts.username) if parts.username else env.get("MQTT_USERNAME") or None,
-        password=unquote(parts.password) if parts.password else env.get("MQTT_PASSWORD") or None,
-        ca_certs=query.get("ca") or env.get("MQTT_CA_CERTS") or None,
-        certfile=query.get("cert") or env.get("MQTT_CERTFILE") or None,
-        keyfile=query.get("key") or env.get("MQTT_KEYFILE") or None,
+        username=unquote(parts.username) if parts.username else env.get(MQTT_USERNAME_ENV) or None,
+        password=unquote(parts.password) if parts.password else env.get(MQTT_PASSWORD_ENV) or None,
+        ca_certs=query.get("ca") or env.get(MQTT_CA_CERTS_ENV) or None,
+        certfile=query.get("cert") or env.get(MQTT_CERTFILE_ENV) or None,
+        keyfile=query.get("key") or env.get(MQTT_KEYFILE_ENV) or None,
     )
 
 

@@ -16,21 +16,32 @@ import shlex
 import shutil
 import stat
 import sys
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
 from delegate.adapters.fsio import atomic_write
 from delegate.config.profiles import Profile
+from delegate.config.settings import (
+    AGENT_BASE_ENV,
+    AGENT_MQTT_PASSWORD_ENV,
+    AGENT_MQTT_USERNAME_ENV,
+    BUS_ENV,
+    HOME_ENV,
+    JOB_ENV,
+    MQTT_CA_CERTS_ENV,
+    MQTT_PASSWORD_ENV,
+    MQTT_USERNAME_ENV,
+    PATH_ENV,
+    TMUX_SOCKET_ENV,
+)
+from delegate.config.tomlfile import read_toml
 from delegate.core.errors import ConfigError, UsageError
 from delegate.services.state import State, strip_credentials
 
-BASE = ("HOME", "USER", "LANG", "TERM", "TZ", "SHELL")
+BASE = AGENT_BASE_ENV
 ENV_FILE = "agent.env"
-AGENT_USER_ENV = "DELEGATE_AGENT_MQTT_USERNAME"
-AGENT_PASSWORD_ENV = "DELEGATE_AGENT_MQTT_PASSWORD"  # noqa: S105 - a variable name
 # Broker settings an agent may share with its delegator (nothing here is a secret).
-SHARED_MQTT = ("MQTT_CA_CERTS",)
+SHARED_MQTT = (MQTT_CA_CERTS_ENV,)
 # First words of a `--cmd` that the shell itself provides: nothing to look up on PATH.
 _SHELL_WORDS_TEXT = (
     "! { } [[ ]] ( ) . : [ alias bg break case cd command continue declare do done "
@@ -52,7 +63,7 @@ def agent_path(profile: Profile, submitter: Mapping[str, str]) -> str:
     toolkit's bin folder, so a cron submit with a minimal PATH finds what a login shell would."""
     folders = list(profile.path) if profile.path is not None else []
     if profile.path is None:
-        folders = [p for p in submitter.get("PATH", "/usr/bin:/bin").split(os.pathsep) if p]
+        folders = [p for p in submitter.get(PATH_ENV, "/usr/bin:/bin").split(os.pathsep) if p]
     home = submitter.get("HOME")
     extra = [str(Path(home) / ".local" / "bin")] if home else []
     extra.append(toolkit_bin())
@@ -93,11 +104,9 @@ def _credentials_file(path_text: str, where: str) -> tuple[str, str]:
     path = Path(path_text).expanduser()
     try:
         info = path.stat()
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{where}: {path}: {exc}") from None
+    data = read_toml(path, where)
     if stat.S_IMODE(info.st_mode) & 0o077:
         raise ConfigError(f"{where}: {path} holds a password; make it mode 0600")
     user, password = data.get("username"), data.get("password")
@@ -117,20 +126,20 @@ def build(
     """The agent's whole environment (see the module docstring)."""
     submitter = state.env
     env = {name: submitter[name] for name in BASE if submitter.get(name)}
-    env["PATH"] = agent_path(profile, submitter)
+    env[PATH_ENV] = agent_path(profile, submitter)
     for name in profile.pass_env:
         if name in submitter:
             env[name] = submitter[name]
     env.update(dict(profile.env))
     env.update(
         {
-            "DELEGATE_JOB_ID": job_id,
-            "DELEGATE_HOME": str(state.layout.home),
-            "DELEGATE_BUS": strip_credentials(bus_url),
+            JOB_ENV: job_id,
+            HOME_ENV: str(state.layout.home),
+            BUS_ENV: strip_credentials(bus_url),
         }
     )
     if tmux_socket:
-        env["DELEGATE_TMUX_SOCKET"] = tmux_socket
+        env[TMUX_SOCKET_ENV] = tmux_socket
     if bus_url.startswith(("mqtt://", "mqtts://")):
         for name in SHARED_MQTT:
             if submitter.get(name):
@@ -140,11 +149,11 @@ def build(
                 profile.mqtt_credentials, f"[profiles.{profile.name}] mqtt_credentials"
             )
         else:
-            user = submitter.get(AGENT_USER_ENV, "")
-            password = submitter.get(AGENT_PASSWORD_ENV, "")
+            user = submitter.get(AGENT_MQTT_USERNAME_ENV, "")
+            password = submitter.get(AGENT_MQTT_PASSWORD_ENV, "")
         if user:
-            env["MQTT_USERNAME"] = user
-            env["MQTT_PASSWORD"] = password
+            env[MQTT_USERNAME_ENV] = user
+            env[MQTT_PASSWORD_ENV] = password
     return env
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
+from delegate.config.tomlfile import read_toml
 from delegate.core.errors import ConfigError
 
 _PATHS = ("prompt_file", "workdir")
@@ -21,12 +21,7 @@ def merge_job_file(path: Path | None, **flags: Any) -> dict[str, Any]:
     """
     settings: dict[str, Any] = {name: None for name in flags}
     if path is not None:
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: {exc}") from None
+        data = read_toml(path)
         unknown = data.keys() - flags.keys()
         if unknown:
             raise ConfigError(f"{path}: unknown field(s) {', '.join(sorted(unknown))}")

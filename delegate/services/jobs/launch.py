@@ -16,8 +16,9 @@ from typing import Any
 
 from delegate.adapters.bus import keeps_history
 from delegate.adapters.sessions_db import SessionError, SessionInventory
-from delegate.adapters.tmux import SOCKET_ENV, Tmux, process_start, processes_of_job, terminate
-from delegate.config.profiles import config_path, load_config, max_running_caps
+from delegate.adapters.tmux import Tmux, process_start, processes_of_job, terminate
+from delegate.config.profiles import max_running_caps, read_config
+from delegate.config.settings import HOME_ENV, JOB_ENV, TMUX_SOCKET_ENV
 from delegate.core.errors import DelegateError
 from delegate.core.model import Job, JobState, SessionState
 from delegate.core.policy import Caps, busy_sessions, may_start
@@ -34,7 +35,7 @@ def inventory(state: State) -> SessionInventory:
 
 def caps(state: State) -> Caps:
     """The caps every process reads: `max_running` of delegate.toml, global and per profile."""
-    return max_running_caps(load_config(config_path(state.layout.home, state.env)))
+    return max_running_caps(read_config(state.layout.home, state.env).tables)
 
 
 def start_policy(state: State, cap: Caps) -> Callable[[Job, list[Job]], bool]:
@@ -84,9 +85,9 @@ def launch_in_tmux(state: State, job: Job, tmux: Tmux) -> bool:
     # Only what the wrapper needs to find its job; the agent's own environment is in
     # logs/<job>/agent.env and never passes through tmux's argv or its global environment.
     env = {
-        "DELEGATE_JOB_ID": job.job_id,
-        "DELEGATE_HOME": str(state.layout.home),
-        SOCKET_ENV: tmux.socket_path,
+        JOB_ENV: job.job_id,
+        HOME_ENV: str(state.layout.home),
+        TMUX_SOCKET_ENV: tmux.socket_path,
     }
     sessions = inventory(state)
     previous = sessions.get(job.session)

@@ -17,7 +17,7 @@ import threading
 from typing import Any
 
 from delegate.config.logsetup import get_logger
-from delegate.config.profiles import NOTIFY_EVENTS_DEFAULT, config_path, load_config, notifier
+from delegate.config.profiles import NOTIFY_EVENTS_DEFAULT, notifier, read_config
 from delegate.core.errors import DelegateError
 from delegate.core.model import Job
 from delegate.services.state import State
@@ -35,8 +35,8 @@ def notifiers(state: State, job: Job) -> list[tuple[list[str], tuple[str, ...]]]
     if job.notify:
         found.append((list(job.notify), NOTIFY_EVENTS_DEFAULT))
     try:
-        source = config_path(state.layout.home, state.env)
-        configured = notifier(load_config(source), source)
+        source, config = read_config(state.layout.home, state.env)
+        configured = notifier(config, source)
     except DelegateError as exc:
         log.warning("not notifying from delegate.toml: %s", exc)
         configured = None

@@ -7,11 +7,11 @@ This is the hot path of every agent report, so it imports nothing heavy: no type
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from delegate.adapters import audit
 from delegate.config.logsetup import get_logger
+from delegate.config.settings import JOB_ENV, settings
 from delegate.core.errors import BusError, DelegateError, PublishRefused, UsageError
 from delegate.core.model import EVENT_TARGET_STATE, EventType, validate_job_id
 from delegate.core.protocol import (
@@ -49,7 +49,7 @@ def parse_data(text: str | None) -> dict[str, Any]:
 
 
 def resolve_job_id(job_id: str | None, env: dict[str, str] | Any) -> str:
-    job_id = job_id or env.get("DELEGATE_JOB_ID")
+    job_id = job_id or env.get(JOB_ENV)
     if not job_id:
         raise UsageError("no job given: pass --job ID or set DELEGATE_JOB_ID")
     return validate_job_id(job_id)
@@ -124,7 +124,7 @@ def publish_receipt(
     state: State, *, job: str | None, event: str, detail: str = "", data: str | None = None
 ) -> dict[str, object]:
     """The one publish step both paths share: resolve the job, parse --data, publish."""
-    job_id = resolve_job_id(job, os.environ)
+    job_id = resolve_job_id(job, settings().env)
     envelope = publish_event(state, job_id, event, detail=detail, data=parse_data(data))
     return {"job_id": job_id, "seq": envelope["seq"], "event": envelope["event"]}
 
@@ -143,7 +143,7 @@ def publish_own(event: str, detail: str, data: str) -> None:
 
 
 def hook_request(request: dict[str, object]) -> None:
-    path = os.environ.get("DELEGATE_PUBLISH_SOCKET")
+    path = settings().publish_socket
     if path:
         from delegate.adapters.publish_socket import request as ask
 
@@ -154,7 +154,7 @@ def hook_request(request: dict[str, object]) -> None:
             return
     state = State.open()
     if request.get("op") == "conversation":
-        job_id = os.environ.get("DELEGATE_JOB_ID") or ""
+        job_id = settings().job_id or ""
         record_conversation(state, job_id, str(request["conversation_id"]))
         return
     publish_receipt(

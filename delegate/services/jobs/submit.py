@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from delegate.adapters.fsio import atomic_write
 from delegate.adapters.tmux import Tmux, TmuxUnreachable, validate_session_name
-from delegate.config.profiles import Profile, config_path, load_config, resolve
+from delegate.config.profiles import Profile, read_config, resolve
 from delegate.core.errors import (
     DelegateError,
     IllegalTransition,
@@ -176,10 +176,8 @@ def submit(
     tmux: Tmux | None = None,
     note: Callable[[str], None] = lambda text: None,
 ) -> SubmitResult:
-    config_file = config_path(state.layout.home, state.env)
-    profile = resolve(
-        agent=request.agent, cmd=request.cmd, config=load_config(config_file), source=config_file
-    )
+    config_file, config = read_config(state.layout.home, state.env)
+    profile = resolve(agent=request.agent, cmd=request.cmd, config=config, source=config_file)
     workdir = (request.workdir or Path.cwd()).expanduser().absolute()
     if not workdir.is_dir():
         raise UsageError(f"--workdir {workdir} is not a directory")

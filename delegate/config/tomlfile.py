@@ -1,0 +1,26 @@
+"""Reading a TOML file (delegate.toml, a job file, a broker-login file): the one place that
+parses TOML, so every file's errors read the same way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from delegate.core.errors import ConfigError
+
+
+def read_toml(path: Path, where: str = "", *, missing_ok: bool = False) -> dict[str, Any]:
+    """The tables of `path` ({} for a missing file when `missing_ok`); ConfigError, its message
+    prefixed with `where: ` when given, when it cannot be read or is not TOML."""
+    # tomllib (and the re and datetime it imports) costs milliseconds; only a read pays it.
+    import tomllib
+
+    prefix = f"{where}: " if where else ""
+    try:
+        return tomllib.loads(path.read_bytes().decode("utf-8"))  # as tomllib.load reads
+    except OSError as exc:
+        if missing_ok and isinstance(exc, FileNotFoundError):
+            return {}
+        raise ConfigError(f"{prefix}cannot read {path}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{prefix}{path}: {exc}") from None
