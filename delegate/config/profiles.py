@@ -34,7 +34,7 @@ import os
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
 from delegate.config.settings import CONFIG_ENV, settings
 from delegate.config.tomlfile import read_toml
@@ -163,11 +163,8 @@ def read_config(home: Path, env: Mapping[str, str] | None = None) -> ConfigFile:
     return ConfigFile(path, load_config(path))
 
 
-def _profile_from_table(name: str, table: object, source: Path) -> Profile:
-    where = f"{source} [profiles.{name}]"
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where} must be a table")
-    unknown = table.keys() - {
+_PROFILE_KEYS = frozenset(
+    {
         "command",
         "prompt",
         "clean_exit",
@@ -182,62 +179,35 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
         "channel",
         "resume",
     }
+)
+_CHANNELS = ("none", "claude-stream", "codex-json")
+
+
+def _profile_from_table(name: str, table: object, source: Path) -> Profile:
+    where = f"{source} [profiles.{name}]"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table")
+    unknown = table.keys() - _PROFILE_KEYS
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     _cap(table.get("max_running"), where)
     if table.keys() <= {"max_running"} and name in BUILTIN:
         return BUILTIN[name]  # a cap on a built-in profile, nothing else changed
-    command = table.get("command")
-    if isinstance(command, str):
-        command = shlex.split(command)  # split like a shell would, but never run by one
-    if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
-        raise ConfigError(f"{where}: command must be a non-empty list of strings")
-    prompt = table.get("prompt", "stdin")
-    if prompt not in PROMPT_MODES:
-        raise ConfigError(f"{where}: prompt must be one of {', '.join(PROMPT_MODES)}")
-    clean_exit = table.get("clean_exit", "completed")
-    if clean_exit not in CLEAN_EXIT:
-        raise ConfigError(f"{where}: clean_exit must be one of {', '.join(CLEAN_EXIT)}")
+    command = _command(table.get("command"), where)
+    prompt = _one_of(table, "prompt", "stdin", PROMPT_MODES, where)
+    clean_exit = _one_of(table, "clean_exit", "completed", CLEAN_EXIT, where)
     preamble = table.get("preamble", True)
     if not isinstance(preamble, bool):
         raise ConfigError(f"{where}: preamble must be true or false")
-    env = table.get("env", {})
-    if not isinstance(env, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-    ):
-        raise ConfigError(f"{where}: env must be a table of strings")
-    pass_env = table.get("pass_env", [])
-    if not isinstance(pass_env, list) or not all(isinstance(v, str) for v in pass_env):
-        raise ConfigError(f"{where}: pass_env must be a list of variable names")
-    path = table.get("path")
-    if isinstance(path, str):
-        path = path.split(os.pathsep)
-    if path is not None and (
-        not isinstance(path, list) or not all(isinstance(p, str) and p for p in path)
-    ):
-        raise ConfigError(f"{where}: path must be a list of folders (or a PATH string)")
+    env, pass_env, path = _environment(table, where)
     credentials = table.get("mqtt_credentials")
     if credentials is not None and not isinstance(credentials, str):
         raise ConfigError(f"{where}: mqtt_credentials must be the path of a file")
-    stop = table.get("stop", {})
-    if (
-        not isinstance(stop, dict)
-        or len(stop) > 1
-        or set(stop) - {"signal", "keys", "command"}
-        or ("keys" in stop and not isinstance(stop["keys"], list))
-    ):
-        raise ConfigError(
-            f'{where}: stop must be one of {{ signal = "SIGINT" }}, {{ keys = ["C-c"] }}'
-            ' or { command = "/exit" }'
-        )
+    _check_stop(table.get("stop", {}), where)
     channel = table.get("channel", "none")
-    if channel not in ("none", "claude-stream", "codex-json"):
+    if channel not in _CHANNELS:
         raise ConfigError(f"{where}: channel must be none, claude-stream or codex-json")
-    resume = table.get("resume")
-    if resume is not None and (
-        not isinstance(resume, list) or not resume or not all(isinstance(c, str) for c in resume)
-    ):
-        raise ConfigError(f"{where}: resume must be a command list with {{conversation_id}}")
+    resume = _resume(table.get("resume"), where)
     run_as = table.get("run_as")
     if run_as is not None and (not isinstance(run_as, str) or not run_as):
         raise ConfigError(f"{where}: run_as must be a user name")
@@ -255,6 +225,70 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
         channel=channel,
         resume=tuple(resume) if resume else None,
     )
+
+
+def _is_words(value: object) -> TypeGuard[list[str]]:
+    """A non-empty list of strings: an argument vector."""
+    return isinstance(value, list) and bool(value) and all(isinstance(c, str) for c in value)
+
+
+def _command(command: object, where: str) -> list[str]:
+    if isinstance(command, str):
+        command = shlex.split(command)  # split like a shell would, but never run by one
+    if _is_words(command):
+        return command
+    raise ConfigError(f"{where}: command must be a non-empty list of strings")
+
+
+def _one_of(
+    table: dict[str, Any], key: str, default: str, allowed: tuple[str, ...], where: str
+) -> str:
+    value = table.get(key, default)
+    if value not in allowed:
+        raise ConfigError(f"{where}: {key} must be one of {', '.join(allowed)}")
+    return str(value)
+
+
+def _environment(
+    table: dict[str, Any], where: str
+) -> tuple[dict[str, str], list[str], list[str] | None]:
+    """`env`, `pass_env` and `path`: what the agent's environment holds."""
+    env = table.get("env", {})
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise ConfigError(f"{where}: env must be a table of strings")
+    pass_env = table.get("pass_env", [])
+    if not isinstance(pass_env, list) or not all(isinstance(v, str) for v in pass_env):
+        raise ConfigError(f"{where}: pass_env must be a list of variable names")
+    path = table.get("path")
+    if isinstance(path, str):
+        path = path.split(os.pathsep)
+    if path is not None and (
+        not isinstance(path, list) or not all(isinstance(p, str) and p for p in path)
+    ):
+        raise ConfigError(f"{where}: path must be a list of folders (or a PATH string)")
+    return env, pass_env, path
+
+
+def _check_stop(stop: object, where: str) -> None:
+    """`stop`: at most one of a signal, keys to send, or a command to type."""
+    if (
+        not isinstance(stop, dict)
+        or len(stop) > 1
+        or set(stop) - {"signal", "keys", "command"}
+        or ("keys" in stop and not isinstance(stop["keys"], list))
+    ):
+        raise ConfigError(
+            f'{where}: stop must be one of {{ signal = "SIGINT" }}, {{ keys = ["C-c"] }}'
+            ' or { command = "/exit" }'
+        )
+
+
+def _resume(resume: object, where: str) -> list[str] | None:
+    if resume is None or _is_words(resume):
+        return resume
+    raise ConfigError(f"{where}: resume must be a command list with {{conversation_id}}")
 
 
 def _cap(value: object, where: str) -> int | None:

@@ -73,40 +73,56 @@ def print_line(value: Any) -> None:
 
 
 def _encode(value: Any, out: list[str]) -> bool:
+    """Append `value`'s JSON to `out`; False when it needs `json` (NaN, odd types, keys)."""
+    text = _scalar(value)
+    if text is not None:
+        out.append(text)
+        return True
+    if isinstance(value, list | tuple):
+        return _encode_list(value, out)
+    if isinstance(value, dict):
+        return _encode_dict(value, out)
+    return False
+
+
+def _scalar(value: Any) -> str | None:
+    """The JSON of a str/int/float/bool/None; None for anything else and for NaN/infinity."""
     if value is None:
-        out.append("null")
-    elif value is True:
-        out.append("true")
-    elif value is False:
-        out.append("false")
-    elif isinstance(value, str):
-        out.append(_json.encode_basestring_ascii(value))
-    elif isinstance(value, int):
-        out.append(int.__repr__(value))
-    elif isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return _json.encode_basestring_ascii(value)
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float) and value == value and value not in (float("inf"), float("-inf")):
+        return float.__repr__(value)
+    return None
+
+
+def _encode_list(value: list[Any] | tuple[Any, ...], out: list[str]) -> bool:
+    out.append("[")
+    for i, item in enumerate(value):
+        if i:
+            out.append(", ")
+        if not _encode(item, out):
             return False
-        out.append(float.__repr__(value))
-    elif isinstance(value, list | tuple):
-        out.append("[")
-        for i, item in enumerate(value):
-            if i:
-                out.append(", ")
-            if not _encode(item, out):
-                return False
-        out.append("]")
-    elif isinstance(value, dict):
-        out.append("{")
-        for i, (key, item) in enumerate(value.items()):
-            if not isinstance(key, str):
-                return False
-            if i:
-                out.append(", ")
-            out.append(_json.encode_basestring_ascii(key))
-            out.append(": ")
-            if not _encode(item, out):
-                return False
-        out.append("}")
-    else:
-        return False
+    out.append("]")
+    return True
+
+
+def _encode_dict(value: dict[Any, Any], out: list[str]) -> bool:
+    out.append("{")
+    for i, (key, item) in enumerate(value.items()):
+        if not isinstance(key, str):
+            return False
+        if i:
+            out.append(", ")
+        out.append(_json.encode_basestring_ascii(key))
+        out.append(": ")
+        if not _encode(item, out):
+            return False
+    out.append("}")
     return True
