@@ -10,6 +10,7 @@ the jobs' events to the broker, and reconciles its own jobs. The delegator's sid
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import queue
 import threading
@@ -63,6 +64,47 @@ def _ms(timestamp: str) -> int:
 # A job's id stays in `host-NAME.jobs` this long after it ended: its last events may still wait
 # on the local bus for the relay (a link down, a restart), and only listed jobs are relayed.
 ENDED_JOB_KEPT_S = 7 * 86400
+
+
+def _ends_job(payload: bytes) -> bool:
+    """Whether an event's payload is a job's last word (completed or error)."""
+    try:
+        event = json.loads(payload).get("event")
+    except (ValueError, AttributeError):
+        event = None
+    return event in ("completed", "error")
+
+
+class _Uplink:
+    """The relay's publisher to the broker: connected when first needed, dropped after a
+    failure and connected again, with a wait doubling from 0.5 s to 8 s between attempts."""
+
+    def __init__(self, connect: Callable[[], Any], stopping: threading.Event) -> None:
+        self._connect = connect
+        self._stopping = stopping
+        self._publisher: Any = None
+
+    def send(self, topic: str, payload: bytes, *, retain: bool, then: Callable[[], None]) -> None:
+        """Publish until the broker took it (or the service stops), then run `then` (the local
+        ack); a failure of `then` is retried with the publish, so nothing is acked unsent."""
+        delay = 0.5
+        while not self._stopping.is_set():
+            try:
+                if self._publisher is None:
+                    self._publisher = self._connect()
+                self._publisher.publish(topic, payload, retain=retain)
+                then()
+                return
+            except DelegateError as exc:
+                log.warning("relay to the broker failed, retrying: %s", exc)
+                self.close()
+                self._stopping.wait(delay)
+                delay = min(delay * 2, 8.0)
+
+    def close(self) -> None:
+        if self._publisher is not None:
+            self._publisher.close()
+            self._publisher = None
 
 
 class HostServer:
@@ -320,9 +362,10 @@ class HostServer:
 
         bus = SqliteBus(self.state.layout.bus_db)
         subscription = bus.subscribe(None, consumer=f"host-relay-{self.name}")
-        publisher: Any = None
+        uplink = _Uplink(
+            lambda: SyncPublisher(self.settings, f"delegate-relay-{self.name}"), self.stopping
+        )
         assigned = self.assigned_jobs()
-        delay = 0.5
         try:
             while not self.stopping.is_set():
                 message = subscription.get(timeout=0.2)
@@ -333,33 +376,14 @@ class HostServer:
                 if message.job_id not in assigned or message.problem:
                     subscription.ack(message)  # not ours to forward (a job of this host's own)
                     continue
-                try:
-                    event = json.loads(message.payload).get("event")
-                except (ValueError, AttributeError):
-                    event = None
-                terminal = event in ("completed", "error")  # retained, as the wrapper would
-                while not self.stopping.is_set():
-                    try:
-                        if publisher is None:
-                            publisher = SyncPublisher(self.settings, f"delegate-relay-{self.name}")
-                        publisher.publish(
-                            topic_for(self.settings.prefix, message.job_id),
-                            message.payload,
-                            retain=terminal,
-                        )
-                        subscription.ack(message)
-                        delay = 0.5
-                        break
-                    except DelegateError as exc:
-                        log.warning("relay to the broker failed, retrying: %s", exc)
-                        if publisher is not None:
-                            publisher.close()
-                            publisher = None
-                        self.stopping.wait(delay)
-                        delay = min(delay * 2, 8.0)
+                uplink.send(
+                    topic_for(self.settings.prefix, message.job_id),
+                    message.payload,
+                    retain=_ends_job(message.payload),  # retained, as the wrapper would
+                    then=functools.partial(subscription.ack, message),
+                )
         finally:
-            if publisher is not None:
-                publisher.close()
+            uplink.close()
             subscription.close()
             bus.close()
 

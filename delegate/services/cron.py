@@ -146,43 +146,53 @@ def _field_problem(field: _Field, text: str) -> str | None:
     would be taken here and refused by cron, so they are refused here.
     """
     where = f"{field.name} field {text!r}"
-    span = f"{field.low}-{field.high}"
-
-    def value(word: str) -> int | str:
-        if word.isdigit():
-            number = int(word)
-            if not field.low <= number <= field.high:
-                if word == text:
-                    return f"{where} is out of range ({span})"
-                return f"{where}: {word} is out of range ({span})"
-            return number
-        if word.lower() in field.names:
-            return field.low + field.names.index(word.lower())
-        named = f" or a name ({field.names[0]}-{field.names[-1]})" if field.names else ""
-        return f"{where}: {word!r} is not a number ({span}){named}"
-
     for item in text.split(","):
-        if not item:
-            return f"{where}: an empty item in the list"
-        base, slash, step = item.partition("/")
-        widest = field.high - field.low + 1
-        if slash and (not step.isdigit() or not 1 <= int(step) <= widest):
-            return f"{where}: step {step!r} must be a number from 1 to {widest}"
-        if base == "*":
-            continue
-        first, dash, last = base.partition("-")
-        if slash and not dash:
-            return f"{where}: a step needs * or a range before it (*/{step}, 0-30/{step})"
-        start = value(first)
-        if isinstance(start, str):
-            return start
-        if dash:
-            end = value(last)
-            if isinstance(end, str):
-                return end
-            if end < start:
-                return f"{where}: the range {base!r} goes backwards (cron needs low-high)"
+        problem = _item_problem(field, item, text, where)
+        if problem is not None:
+            return problem
     return None
+
+
+def _item_problem(field: _Field, item: str, text: str, where: str) -> str | None:
+    """What is wrong with one comma-separated item (`*/5`, `1-5`, `mon`) of the field `text`."""
+    if not item:
+        return f"{where}: an empty item in the list"
+    base, slash, step = item.partition("/")
+    widest = field.high - field.low + 1
+    if slash and (not step.isdigit() or not 1 <= int(step) <= widest):
+        return f"{where}: step {step!r} must be a number from 1 to {widest}"
+    if base == "*":
+        return None
+    first, dash, last = base.partition("-")
+    if slash and not dash:
+        return f"{where}: a step needs * or a range before it (*/{step}, 0-30/{step})"
+    start = _field_value(field, first, text, where)
+    if isinstance(start, str):
+        return start
+    if not dash:
+        return None
+    end = _field_value(field, last, text, where)
+    if isinstance(end, str):
+        return end
+    if end < start:
+        return f"{where}: the range {base!r} goes backwards (cron needs low-high)"
+    return None
+
+
+def _field_value(field: _Field, word: str, text: str, where: str) -> int | str:
+    """The number a word of the field `text` stands for, or what is wrong with it."""
+    span = f"{field.low}-{field.high}"
+    if word.isdigit():
+        number = int(word)
+        if not field.low <= number <= field.high:
+            if word == text:
+                return f"{where} is out of range ({span})"
+            return f"{where}: {word} is out of range ({span})"
+        return number
+    if word.lower() in field.names:
+        return field.low + field.names.index(word.lower())
+    named = f" or a name ({field.names[0]}-{field.names[-1]})" if field.names else ""
+    return f"{where}: {word!r} is not a number ({span}){named}"
 
 
 def _validate_schedule(schedule: str) -> str:
