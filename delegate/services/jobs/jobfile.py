@@ -26,24 +26,30 @@ def merge_job_file(path: Path | None, **flags: Any) -> dict[str, Any]:
         if unknown:
             raise ConfigError(f"{path}: unknown field(s) {', '.join(sorted(unknown))}")
         for name, value in data.items():
-            if name in _PATHS:
-                if not isinstance(value, str):
-                    raise ConfigError(f"{path}: {name} must be a string")
-                value = (path.parent / Path(value).expanduser()).absolute()
-            elif name in _NUMBERS:
-                if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise ConfigError(f"{path}: {name} must be a number of seconds")
-                value = float(value)
-            elif name == "max_running":
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ConfigError(f"{path}: max_running must be a positive integer")
-            elif name == "wait":
-                if not isinstance(value, bool):
-                    raise ConfigError(f"{path}: wait must be true or false")
-            elif name in _TEXT and not isinstance(value, str):
-                raise ConfigError(f"{path}: {name} must be a string")
-            settings[name] = value
+            settings[name] = _file_value(path, name, value)
     for name, value in flags.items():
         if value is not None:
             settings[name] = value
     return settings
+
+
+def _file_value(path: Path, name: str, value: Any) -> Any:
+    """The field `name` of the job file `path`, checked, with paths made absolute and
+    timeouts made floats; ConfigError naming the field when it has the wrong type."""
+    if name in _PATHS:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: {name} must be a string")
+        return (path.parent / Path(value).expanduser()).absolute()
+    if name in _NUMBERS:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{path}: {name} must be a number of seconds")
+        return float(value)
+    if name == "max_running":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{path}: max_running must be a positive integer")
+    elif name == "wait":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: wait must be true or false")
+    elif name in _TEXT and not isinstance(value, str):
+        raise ConfigError(f"{path}: {name} must be a string")
+    return value

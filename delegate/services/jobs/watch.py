@@ -296,22 +296,15 @@ class Watcher:
         ended_seen_at: float | None = None
         due = {"tmux": started + SUPERVISE_TMUX_S, "queue": started}
         while True:
-            now = self.clock()
-            waits = [RECORD_POLL_S, max(0.0, next_record_check - now)]
-            if self.wall_s is not None:
-                waits.append(started + self.wall_s - now)
-            if self.idle_s is not None:
-                waits.append(last_accept + self.idle_s - now)
-            message = self.subscription.get(timeout=max(0.0, min(waits)))
+            wait_s = self._wait_s(started, last_accept, next_record_check)
+            message = self.subscription.get(timeout=wait_s)
             if message is not None:
                 verdict = self._handle(message)
                 if isinstance(verdict, Accepted):
                     last_accept = self.clock()
-                    if verdict.event in ("completed", "error"):
-                        self._drain()
-                        job = self.state.registry.get(self.job_id)
-                        if job.status.terminal:
-                            return outcome_of(job)
+                    outcome = self._ended_by(verdict)
+                    if outcome is not None:
+                        return outcome
                 continue
             now = self.clock()
             if now >= next_record_check:
@@ -322,14 +315,47 @@ class Watcher:
                     if not _expects_event(job) or now - ended_seen_at >= END_GRACE_S:
                         self._drain()
                         return outcome_of(job)
-                elif self.supervise:
-                    self._supervise(job, now, due)
-                    if job.host and not self._host_noted:
-                        self._note_offline_host(job, now - started)
-            if self.wall_s is not None and now - started >= self.wall_s:
-                return self._give_up("wall")
-            if self.idle_s is not None and now - last_accept >= self.idle_s:
-                return self._give_up("idle")
+                else:
+                    self._look_after(job, now, now - started, due)
+            limit = self._limit_passed(now - started, now - last_accept)
+            if limit is not None:
+                return self._give_up(limit)
+
+    def _wait_s(self, started: float, last_accept: float, next_record_check: float) -> float:
+        """How long to wait for the next message: until the next look at the record, or until
+        the wall or idle limit runs out, whichever comes first."""
+        now = self.clock()
+        waits = [RECORD_POLL_S, max(0.0, next_record_check - now)]
+        if self.wall_s is not None:
+            waits.append(started + self.wall_s - now)
+        if self.idle_s is not None:
+            waits.append(last_accept + self.idle_s - now)
+        return max(0.0, min(waits))
+
+    def _ended_by(self, verdict: Accepted) -> WatchOutcome | None:
+        """The outcome when an accepted event ended the job and the record agrees."""
+        if verdict.event not in ("completed", "error"):
+            return None
+        self._drain()
+        job = self.state.registry.get(self.job_id)
+        return outcome_of(job) if job.status.terminal else None
+
+    def _look_after(self, job: Job, now: float, waited_s: float, due: dict[str, float]) -> None:
+        """A supervising watcher's look at a job still running: the reconcile policy's
+        deadlines, and a note when its host is offline."""
+        if not self.supervise:
+            return
+        self._supervise(job, now, due)
+        if job.host and not self._host_noted:
+            self._note_offline_host(job, waited_s)
+
+    def _limit_passed(self, watched_s: float, idle_s: float) -> str | None:
+        """ "wall" or "idle" when that limit of the watch ran out; None while neither did."""
+        if self.wall_s is not None and watched_s >= self.wall_s:
+            return "wall"
+        if self.idle_s is not None and idle_s >= self.idle_s:
+            return "idle"
+        return None
 
     def _note_offline_host(self, job: Job, waited_s: float) -> None:
         """Say once that the job's host is offline, and what happens next; looked at once
