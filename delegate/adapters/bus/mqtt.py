@@ -99,29 +99,39 @@ class Connection:
         self.client = _new_client(settings, client_id)
         self._on_connected = on_connected
 
-        def handle_connect(client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
-            if reason.is_failure:
-                self.refused = str(reason)
-                self.connected.set()
-                return
-            self.refused = None
-            if self._on_connected is not None:
-                self._on_connected(client)
-            self.connected.set()
-
-        def handle_disconnect(
-            client: Any, userdata: Any, flags: Any, reason: Any, props: Any
-        ) -> None:
-            self.connected.clear()
-
-        self.client.on_connect = handle_connect
-        self.client.on_disconnect = handle_disconnect
+        self.client.on_connect = self._handle_connect
+        self.client.on_disconnect = self._handle_disconnect
         if on_message is not None:
             self.client.on_message = on_message
         if on_subscribe is not None:
             self.client.on_subscribe = on_subscribe
         if will is not None:  # retained: whoever subscribes later learns it went away
             self.client.will_set(will[0], will[1], qos=1, retain=True)
+        self._connect(clean_start=clean_start, expiry_s=expiry_s)
+
+    def _handle_connect(
+        self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any
+    ) -> None:
+        """paho's on_connect (network thread): a refusal noted, else `on_connected` first."""
+        if reason.is_failure:
+            self.refused = str(reason)
+            self.connected.set()
+            return
+        self.refused = None
+        if self._on_connected is not None:
+            self._on_connected(client)
+        self.connected.set()
+
+    def _handle_disconnect(
+        self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any
+    ) -> None:
+        self.connected.clear()
+
+    def _connect(self, *, clean_start: bool, expiry_s: int) -> None:
+        """Connect, start the network thread and wait for the broker's CONNACK: connect_error's
+        error when it cannot be reached, BrokerUnreachable when it does not answer in time,
+        BrokerAuthError when it refuses."""
+        settings = self.settings
         try:
             self.client.connect(
                 settings.host,
