@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from delegate.adapters.sessions_db import SessionInventory
 from delegate.adapters.tmux import Tmux, socket_path_for
 from delegate.config.settings import TMUX_SOCKET_ENV
-from delegate.core.model import Job, JobState, Pane, SessionState, TmuxView
+from delegate.core.model import Job, JobState, Pane, Session, SessionState, TmuxView
 from delegate.core.timefmt import parse_timestamp, record_timestamp, seconds_between
 from delegate.services.state import State
 
@@ -122,37 +122,14 @@ def rows(
     tmux: Tmux | None = None,
 ) -> Listing:
     now = datetime.now(UTC)
-    registry = state.registry
-    if show_all:
-        jobs = registry.list()
-    else:
-        jobs = registry.open_jobs() + sorted(
-            registry.recent_finished(limit), key=lambda j: (j.created_at, j.job_id)
-        )
+    jobs = _listed_jobs(state, show_all=show_all, limit=limit)
     names = sorted({j.session for j in jobs if j.session})
     inventory = SessionInventory(state.layout.sessions_db)
     sessions = (
         inventory.by_names(names) if len(names) < 900 else {s.name: s for s in inventory.list()}
     )
     default = socket_path_for(state.env.get(TMUX_SOCKET_ENV), state.env)
-    # tmux is asked only about servers where a listed session may still exist: a session whose
-    # row is terminated is gone by the books, and an old history needs no tmux process at all.
-    sockets = {
-        (j.tmux_socket or default)
-        for j in jobs
-        if j.session
-        and (
-            (row := sessions.get(j.session)) is None
-            or row.state is not SessionState.TERMINATED
-            or not j.status.terminal
-        )
-    }
-    views: dict[str, TmuxView] = {}
-    for socket in sorted(sockets):
-        server = (
-            tmux if tmux is not None and tmux.socket_path == socket else Tmux(socket, state.env)
-        )
-        views[socket] = server.view()
+    views = _tmux_views(state, jobs, sessions, default, tmux)
     unreachable = [v for v in views.values() if v.status == "unreachable"]
     note = None
     if unreachable:
@@ -165,26 +142,7 @@ def rows(
     for job in jobs:
         session = sessions.get(job.session or "")
         socket = job.tmux_socket or default
-        view = views.get(socket)
-        pane = panes.get((socket, job.session or ""))
-        if pane is not None and pane.job_id and pane.job_id != job.job_id:
-            pane = None  # the name hosts a later job now
-        if job.host is not None:
-            live = f"on {job.host}"  # its pane is on the agent host, asked by that host
-        elif job.session is None or (session is not None and session.job_id != job.job_id):
-            live = "-"
-        elif view is None and session is not None:
-            live = "gone"  # terminated by the books; tmux was not asked
-        elif view is not None and view.status == "unreachable":
-            live = "unknown"
-        elif pane is None:
-            live = "-" if session is None else "gone"
-        elif pane.dead:
-            # tmux 3.3 now and then leaves a pane's process unreaped (seen with many panes
-            # exiting at once) and cannot tell its status; the job's own record still has it.
-            live = f"exited {'?' if pane.exit_status is None else pane.exit_status}"
-        else:
-            live = "alive"
+        live = _liveness(job, session, views.get(socket), panes.get((socket, job.session or "")))
         queue_position = None
         if job.status is JobState.QUEUED:
             position += 1
@@ -212,3 +170,63 @@ def rows(
             )
         )
     return Listing(out, note)
+
+
+def _listed_jobs(state: State, *, show_all: bool, limit: int) -> list[Job]:
+    """Every job with `show_all`; else the open ones and the `limit` latest that ended."""
+    registry = state.registry
+    if show_all:
+        return registry.list()
+    return registry.open_jobs() + sorted(
+        registry.recent_finished(limit), key=lambda j: (j.created_at, j.job_id)
+    )
+
+
+def _tmux_views(
+    state: State,
+    jobs: list[Job],
+    sessions: dict[str, Session],
+    default: str,
+    tmux: Tmux | None,
+) -> dict[str, TmuxView]:
+    """What each tmux server that may still hold a listed job's session shows, by socket."""
+    # tmux is asked only about servers where a listed session may still exist: a session whose
+    # row is terminated is gone by the books, and an old history needs no tmux process at all.
+    sockets = {
+        (j.tmux_socket or default)
+        for j in jobs
+        if j.session
+        and (
+            (row := sessions.get(j.session)) is None
+            or row.state is not SessionState.TERMINATED
+            or not j.status.terminal
+        )
+    }
+    views: dict[str, TmuxView] = {}
+    for socket in sorted(sockets):
+        server = (
+            tmux if tmux is not None and tmux.socket_path == socket else Tmux(socket, state.env)
+        )
+        views[socket] = server.view()
+    return views
+
+
+def _liveness(job: Job, session: Session | None, view: TmuxView | None, pane: Pane | None) -> str:
+    """The LIVE column: what tmux says of the job's pane (alive, exited N, gone, ...)."""
+    if pane is not None and pane.job_id and pane.job_id != job.job_id:
+        pane = None  # the name hosts a later job now
+    if job.host is not None:
+        return f"on {job.host}"  # its pane is on the agent host, asked by that host
+    if job.session is None or (session is not None and session.job_id != job.job_id):
+        return "-"
+    if view is None and session is not None:
+        return "gone"  # terminated by the books; tmux was not asked
+    if view is not None and view.status == "unreachable":
+        return "unknown"
+    if pane is None:
+        return "-" if session is None else "gone"
+    if pane.dead:
+        # tmux 3.3 now and then leaves a pane's process unreaped (seen with many panes
+        # exiting at once) and cannot tell its status; the job's own record still has it.
+        return f"exited {'?' if pane.exit_status is None else pane.exit_status}"
+    return "alive"

@@ -148,15 +148,34 @@ def _wait_gone(job_id: str, wrapper_pid: int | None, timeout_s: float) -> bool:
     return False
 
 
-def stop(
-    state: State, name: str, *, mode: str, timeout_s: float = DEFAULT_STOP_TIMEOUT_S
-) -> SessionView:
+def _check_stop_request(state: State, mode: str, timeout_s: float) -> None:
+    """UsageError for a mode or timeout `session stop` does not take; ConfigError (from
+    config_path) for a bad DELEGATE_CONFIG when the graceful mode will read the profile."""
     if mode not in STOP_MODES:
         raise UsageError(f"--mode must be one of {', '.join(STOP_MODES)}")
     if timeout_s < 0:
         raise UsageError("--timeout must be zero or more seconds")
     if mode == "graceful":  # it reads the profile's `stop`: a bad DELEGATE_CONFIG fails first
         config_path(state.layout.home, state.env)
+
+
+def _stop_agent(
+    state: State, job: Job, server: Tmux, name: str, pane_pid: int | None, timeout_s: float
+) -> None:
+    """Ask the agent to stop its profile's way; SIGTERM to its process groups when it has not
+    after `timeout_s`, SIGKILL when they outlive as long again (at least a second)."""
+    _ask_to_stop(state, job, server, name, _agent_groups(job.job_id, pane_pid))
+    if _wait_gone(job.job_id, pane_pid, timeout_s):
+        return
+    _signal_groups(_agent_groups(job.job_id, pane_pid), signal.SIGTERM)
+    if not _wait_gone(job.job_id, pane_pid, max(timeout_s, 1.0)):
+        _signal_groups(_agent_groups(job.job_id, pane_pid), signal.SIGKILL)
+
+
+def stop(
+    state: State, name: str, *, mode: str, timeout_s: float = DEFAULT_STOP_TIMEOUT_S
+) -> SessionView:
+    _check_stop_request(state, mode, timeout_s)
     row = _row(state, name)
     sessions = inventory(state)
     target = {
@@ -190,11 +209,7 @@ def stop(
         sessions.set_state(name, target, reason=moved.reason, job_id=row.job_id, strict=True)
     server = tmux_for(state, job) if job is not None else Tmux(row.socket, state.env)
     if mode == "graceful" and job is not None:
-        _ask_to_stop(state, job, server, name, _agent_groups(job.job_id, row.pane_pid))
-        if not _wait_gone(job.job_id, row.pane_pid, timeout_s):
-            _signal_groups(_agent_groups(job.job_id, row.pane_pid), signal.SIGTERM)
-            if not _wait_gone(job.job_id, row.pane_pid, max(timeout_s, 1.0)):
-                _signal_groups(_agent_groups(job.job_id, row.pane_pid), signal.SIGKILL)
+        _stop_agent(state, job, server, name, row.pane_pid, timeout_s)
     elif mode == "hard":
         server.kill(name, job_id=row.job_id)
         sessions.set_state(
