@@ -434,18 +434,25 @@ def _run_agent(
     for thread in threads:
         thread.join(timeout=0.2 if relay.received else 5)
     listener.finish()  # a codex stream that ended cleanly completes its job here
-
-    if not state.registry.get(job_id).status.terminal:
-        if relay.signal_name is not None:
-            name = relay.signal_name
-            event = "error"
-            detail = f"the wrapper got {name} and passed it to the agent"
-        else:
-            event, detail = outcome_for(returncode, str(launch.get("clean_exit", "completed")))
-        # A PublishRefused here means the agent's own report, or a cancel, got there first.
-        with contextlib.suppress(PublishRefused):
-            report(state, job_id, event, detail=detail, data={"exit_status": returncode})
+    _report_exit(state, job_id, str(launch.get("clean_exit", "completed")), relay, returncode)
     return returncode if returncode >= 0 else 128 - returncode
+
+
+def _report_exit(
+    state: State, job_id: str, clean_exit: str, relay: SignalRelay, returncode: int
+) -> None:
+    """End a job the agent left open: error when the wrapper passed it a signal, else what
+    its exit status means under the profile's `clean_exit`."""
+    if state.registry.get(job_id).status.terminal:
+        return
+    if relay.signal_name is not None:
+        event = "error"
+        detail = f"the wrapper got {relay.signal_name} and passed it to the agent"
+    else:
+        event, detail = outcome_for(returncode, clean_exit)
+    # A PublishRefused here means the agent's own report, or a cancel, got there first.
+    with contextlib.suppress(PublishRefused):
+        report(state, job_id, event, detail=detail, data={"exit_status": returncode})
 
 
 def _terminal_or_devnull() -> int | None:

@@ -13,7 +13,7 @@ from delegate.adapters import audit
 from delegate.config.logsetup import get_logger
 from delegate.config.settings import JOB_ENV, settings
 from delegate.core.errors import BusError, DelegateError, PublishRefused, UsageError
-from delegate.core.model import EVENT_TARGET_STATE, EventType, validate_job_id
+from delegate.core.model import EVENT_TARGET_STATE, EventType, Job, validate_job_id
 from delegate.core.protocol import (
     MAX_MESSAGE_BYTES,
     build_envelope,
@@ -55,6 +55,28 @@ def resolve_job_id(job_id: str | None, env: dict[str, str] | Any) -> str:
     return validate_job_id(job_id)
 
 
+def _check_buildable(job: Job, event: EventType, detail: str, data: dict[str, Any] | None) -> None:
+    """UsageError when the event cannot be encoded or would not fit in a message: checked on
+    a trial envelope with the next seq, before a seq is spent."""
+    try:
+        probe = encode(
+            sign(
+                build_envelope(
+                    job_id=job.job_id,
+                    seq=job.last_seq + 1,
+                    event=event.value,
+                    detail=detail,
+                    data=data,
+                ),
+                job.auth_token,
+            )
+        )
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"cannot build the event: {exc}") from None
+    if len(probe) + 16 > MAX_MESSAGE_BYTES:  # 16: room for a longer seq
+        raise UsageError(f"the event is {len(probe)} bytes; the limit is {MAX_MESSAGE_BYTES}")
+
+
 def publish_event(
     state: State,
     job_id: str,
@@ -73,24 +95,7 @@ def publish_event(
     job = state.registry.get(job_id)
     safe_detail = redact(detail or "", secrets=(job.auth_token,))
     data = redact_data(data, secrets=(job.auth_token,)) if data else data
-    try:
-        probe = encode(
-            sign(
-                build_envelope(
-                    job_id=job_id,
-                    seq=job.last_seq + 1,
-                    event=event.value,
-                    detail=safe_detail,
-                    data=data,
-                ),
-                job.auth_token,
-            )
-        )
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"cannot build the event: {exc}") from None
-    if len(probe) + 16 > MAX_MESSAGE_BYTES:  # 16: room for a longer seq
-        raise UsageError(f"the event is {len(probe)} bytes; the limit is {MAX_MESSAGE_BYTES}")
-
+    _check_buildable(job, event, safe_detail, data)
     try:
         job, seq = state.registry.next_seq(job_id, event)
     except PublishRefused as exc:
