@@ -20,7 +20,7 @@ from delegate.adapters.tmux import Tmux, settle, socket_path_for
 from delegate.config.logsetup import get_logger
 from delegate.config.settings import TMUX_SOCKET_ENV
 from delegate.core.errors import DelegateError
-from delegate.core.model import EventType, Job, JobState, Pane, SessionState, TmuxView
+from delegate.core.model import EventType, Job, JobState, Pane, Session, SessionState, TmuxView
 from delegate.core.policy import (
     Action,
     ApplyEvent,
@@ -165,25 +165,8 @@ class Reconciler:
                     for e in said
                     if isinstance(e, dict) and e.get("status") == "queued"
                 )
-        rows = inventory(self.state).live()
-        if only_job is not None:
-            own = jobs.get(only_job)
-            rows = [r for r in rows if r.job_id == only_job or (own and r.name == own.session)]
-            if own is None:
-                with contextlib.suppress(DelegateError):
-                    jobs[only_job] = registry.get(only_job)
-        for row in rows:
-            if row.job_id and row.job_id not in jobs:
-                try:
-                    jobs[row.job_id] = registry.get(row.job_id)
-                except DelegateError:
-                    continue
-        if sockets is None:
-            wanted = {self.default_socket}
-            wanted.update(j.tmux_socket for j in jobs.values() if j.tmux_socket and j.session)
-            wanted.update(r.socket for r in rows if r.socket)
-        else:
-            wanted = set(sockets)
+        rows = self._live_rows(jobs, only_job)
+        wanted = self._sockets_to_ask(jobs, rows) if sockets is None else set(sockets)
         views = {sock: self.view(sock) for sock in sorted(wanted)}
         # Sessions tmux shows that no live row names: their closed rows, if any, so a session
         # still being killed (its row already terminated) is not taken for an orphan.
@@ -210,6 +193,32 @@ class Reconciler:
         )
         self.last_snapshot = snap
         return snap
+
+    def _live_rows(self, jobs: dict[str, Job], only_job: str | None) -> list[Session]:
+        """The live session rows (with `only_job`, its own only), each row's job added to
+        `jobs` when the open index did not hold it."""
+        registry = self.state.registry
+        rows = inventory(self.state).live()
+        if only_job is not None:
+            own = jobs.get(only_job)
+            rows = [r for r in rows if r.job_id == only_job or (own and r.name == own.session)]
+            if own is None:
+                with contextlib.suppress(DelegateError):
+                    jobs[only_job] = registry.get(only_job)
+        for row in rows:
+            if row.job_id and row.job_id not in jobs:
+                try:
+                    jobs[row.job_id] = registry.get(row.job_id)
+                except DelegateError:
+                    continue
+        return rows
+
+    def _sockets_to_ask(self, jobs: dict[str, Job], rows: list[Session]) -> set[str]:
+        """Every tmux socket an open job or live row names, and this environment's."""
+        wanted = {self.default_socket}
+        wanted.update(j.tmux_socket for j in jobs.values() if j.tmux_socket and j.session)
+        wanted.update(r.socket for r in rows if r.socket)
+        return wanted
 
     def caps(self) -> Caps:
         return self.settings.caps if self.settings.caps is not None else caps(self.state)
@@ -277,65 +286,84 @@ class Reconciler:
             log.warning("could not audit %s for job %s: %s", done.action.kind, job_id, exc)
 
     def _execute(self, action: Action, not_ours: set[str]) -> Done | None:
-        registry = self.state.registry
+        """Carry out one action; a Done when this caller's change landed, None when there was
+        nothing left to do. `not_ours` collects the jobs that ended otherwise than decided."""
         if isinstance(action, ApplyEvent):
-            assert action.job_id is not None
-            event = EventType(action.event)
-            if event.terminal:
-                target, reason = event_ending(event, action.detail)
-                return self._end(action, target, reason=reason, by_event=True)[0]
-            _job, changed = registry.apply_event(action.job_id, event, detail=action.detail)
-            return Done(action) if changed else None
+            return self._apply_event(action)
         if isinstance(action, FailJob):
-            assert action.job_id is not None
-            done, ended = self._end(action, JobState.ERROR, reason=action.reason)
-            if done is None and ended.error != action.reason:
-                # it ended otherwise (its own event, a cancel): leave its session be
-                not_ours.add(action.job_id)
-            # (ended by another caller with the same decision: help finish the kill that
-            # follows, which only one of us records)
-            return done
+            return self._fail_job(action, not_ours)
         if isinstance(action, SetSession):
-            if action.follows_fail and action.job_id in not_ours:
-                return None
-            _row, changed = inventory(self.state).set_state(
-                action.session, action.state, reason=action.reason, job_id=action.job_id
-            )
-            return Done(action) if changed else None
+            return self._set_session(action, not_ours)
         if isinstance(action, KillSession):
-            if action.follows_fail and action.job_id in not_ours:
-                return None
-            sessions = inventory(self.state)
-            row = sessions.get(action.session)
-            if row is None or row.state is SessionState.TERMINATED or row.job_id != action.job_id:
-                return None  # someone else finished it, or the name hosts another job now
-            # Kill first and record after: a kill that fails leaves the row as it was, so the
-            # next pass tries again. Two callers may both kill (harmless); only the one whose
-            # transition lands reports and audits it.
-            pids = self.tmux(action.socket or self.default_socket).kill(
-                action.session, job_id=action.job_id
-            )
-            _row, changed = sessions.set_state(
-                action.session,
-                SessionState.TERMINATED,
-                reason=action.reason,
-                job_id=action.job_id,
-            )
-            return Done(action, extra={"pids": pids}) if changed else None
+            return self._kill_session(action, not_ours)
         if isinstance(action, ReportOrphan):
-            if action.kill:
-                pids = self.tmux(action.socket).kill(action.session, job_id=action.job_id)
-                return Done(action, extra={"pids": pids})
-            return Done(action)
+            return self._report_orphan(action)
         if isinstance(action, LaunchJob):
-            assert action.job_id is not None
-            launched: Job | None = claim_and_launch(
-                self.state,
-                action.job_id,
-                expected_launcher=action.expected_launcher,
-                cap=self.caps(),
-            )
-            return Done(action, extra={"session": launched.session}) if launched else None
+            return self._launch(action)
         if isinstance(action, SkipSocket):
             return Done(action)
         raise AssertionError(f"unknown action {action!r}")
+
+    def _apply_event(self, action: ApplyEvent) -> Done | None:
+        assert action.job_id is not None
+        event = EventType(action.event)
+        if event.terminal:
+            target, reason = event_ending(event, action.detail)
+            return self._end(action, target, reason=reason, by_event=True)[0]
+        _job, changed = self.state.registry.apply_event(action.job_id, event, detail=action.detail)
+        return Done(action) if changed else None
+
+    def _fail_job(self, action: FailJob, not_ours: set[str]) -> Done | None:
+        assert action.job_id is not None
+        done, ended = self._end(action, JobState.ERROR, reason=action.reason)
+        if done is None and ended.error != action.reason:
+            # it ended otherwise (its own event, a cancel): leave its session be
+            not_ours.add(action.job_id)
+        # (ended by another caller with the same decision: help finish the kill that
+        # follows, which only one of us records)
+        return done
+
+    def _set_session(self, action: SetSession, not_ours: set[str]) -> Done | None:
+        if action.follows_fail and action.job_id in not_ours:
+            return None
+        _row, changed = inventory(self.state).set_state(
+            action.session, action.state, reason=action.reason, job_id=action.job_id
+        )
+        return Done(action) if changed else None
+
+    def _kill_session(self, action: KillSession, not_ours: set[str]) -> Done | None:
+        if action.follows_fail and action.job_id in not_ours:
+            return None
+        sessions = inventory(self.state)
+        row = sessions.get(action.session)
+        if row is None or row.state is SessionState.TERMINATED or row.job_id != action.job_id:
+            return None  # someone else finished it, or the name hosts another job now
+        # Kill first and record after: a kill that fails leaves the row as it was, so the
+        # next pass tries again. Two callers may both kill (harmless); only the one whose
+        # transition lands reports and audits it.
+        pids = self.tmux(action.socket or self.default_socket).kill(
+            action.session, job_id=action.job_id
+        )
+        _row, changed = sessions.set_state(
+            action.session,
+            SessionState.TERMINATED,
+            reason=action.reason,
+            job_id=action.job_id,
+        )
+        return Done(action, extra={"pids": pids}) if changed else None
+
+    def _report_orphan(self, action: ReportOrphan) -> Done:
+        if action.kill:
+            pids = self.tmux(action.socket).kill(action.session, job_id=action.job_id)
+            return Done(action, extra={"pids": pids})
+        return Done(action)
+
+    def _launch(self, action: LaunchJob) -> Done | None:
+        assert action.job_id is not None
+        launched: Job | None = claim_and_launch(
+            self.state,
+            action.job_id,
+            expected_launcher=action.expected_launcher,
+            cap=self.caps(),
+        )
+        return Done(action, extra={"session": launched.session}) if launched else None
