@@ -415,7 +415,7 @@ def test_compaction_through_hadoop_filesystem_uris(spark, tmp_path: Path):
 
 
 def test_html_report_renders_in_headless_chromium(spark, tmp_path: Path):
-    from delegate.report.render import write
+    from delegate.report.output import write
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "make installs chromium for this test"

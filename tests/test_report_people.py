@@ -21,8 +21,8 @@ import pytest
 pytest.importorskip("pyspark")
 
 from delegate.core.timefmt import human_duration
+from delegate.report.common import to_json
 from delegate.report.figures import compute, read_ndjson, read_status
-from delegate.report.render import to_json
 
 from .helpers import cli_env, delegate_cmd
 from .pty_run import run_in_pty
@@ -199,7 +199,7 @@ def test_failures_are_ranked_by_reason_with_examples(spark, history: Path):
 
 
 def test_terminal_tables_fit_80_columns(spark, history: Path, capsys: pytest.CaptureFixture[str]):
-    from delegate.report.render import print_report
+    from delegate.report.text import print_report
 
     report = _report(spark, history / "logs")
     print_report(report, width=80, generated_at=GENERATED, tz=UTC)
@@ -257,7 +257,7 @@ def test_html_report_in_chromium_at_two_widths(spark, history: Path, tmp_path: P
     if not CHROMIUM.exists():
         pytest.skip(f"no Chromium at {CHROMIUM} to look at the page with")
     playwright = pytest.importorskip("playwright.sync_api")
-    from delegate.report.render import write
+    from delegate.report.output import write
 
     logs = history / "logs"
     [page_file] = write(

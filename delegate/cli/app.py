@@ -940,7 +940,7 @@ def report(
         compact=compact,
         verbose=verbose,
     )
-    from delegate.report.render import (
+    from delegate.report.text import (
         print_report,  # PySpark behind it: only once it is known there
     )
 

@@ -164,15 +164,8 @@ def _seconds(later: Any, earlier: Any) -> Any:
     return (F.unix_micros(later) - F.unix_micros(earlier)) / 1e6
 
 
-def compute_frames(
-    lines: DataFrame, status: DataFrame, *, since: date | None = None
-) -> dict[str, DataFrame]:
-    """The report's tables as DataFrames (for Parquet output); `lines` carry a parsed `t`.
-
-    With `since`, only jobs registered on or after that day (UTC) are counted."""
-    # An exact duplicate line counts once. Events (grouped by job and seq) and the status marks
-    # (min/max) are immune to duplicates already; only counted lines need de-duplicating, which
-    # spares a shuffle of every line.
+def _event_stats(lines: DataFrame) -> DataFrame:
+    """Per job: events, the first one's time, the longest silence, permission requests."""
     events = (
         lines.filter(F.col("kind").isin("published", "received") & F.col("seq").isNotNull())
         .groupBy("job_id", "seq")
@@ -180,7 +173,7 @@ def compute_frames(
     )
     by_time = Window.partitionBy("job_id").orderBy("t", "seq")
     gaps = events.withColumn("gap", _seconds(F.col("t"), F.lag("t").over(by_time)))
-    event_stats = gaps.groupBy("job_id").agg(
+    return gaps.groupBy("job_id").agg(
         F.count("*").alias("events"),
         F.min("t").alias("first_event_at"),
         F.max("gap").alias("longest_silence_s"),
@@ -188,8 +181,13 @@ def compute_frames(
             "permission_requests"
         ),
     )
+
+
+def _marks(lines: DataFrame) -> DataFrame:
+    """Per job: registered, ended (and the error it ended with), first and last line seen, and
+    the latest status it changed to."""
     ends = (F.col("kind") == "status_changed") & F.col("status").isin(*TERMINAL)
-    marks = lines.groupBy("job_id").agg(
+    return lines.groupBy("job_id").agg(
         F.min(F.when(F.col("kind") == "registered", F.col("t"))).alias("registered_at"),
         F.min(F.when(ends, F.col("t"))).alias("ended_at"),
         F.min_by(F.when(ends, F.col("error")), F.when(ends, F.col("t"))).alias("ended_error"),
@@ -200,7 +198,11 @@ def compute_frames(
             F.when(F.col("kind") == "status_changed", F.col("t")),
         ).alias("last_status"),
     )
-    rejected = (
+
+
+def _rejected(lines: DataFrame) -> DataFrame:
+    """Per job: rejected messages, in all and by reason (a map)."""
+    return (
         lines.filter((F.col("kind") == "rejected") & F.col("reason").isNotNull())
         .dropDuplicates(COLUMNS)
         .groupBy("job_id", "reason")
@@ -213,23 +215,40 @@ def compute_frames(
             ),
         )
     )
-    jobs = (
-        marks.join(
-            status.select(
-                "job_id",
-                "status",
-                "agent",
-                "session",
-                F.col("error").alias("status_error"),
-                "cost_usd",
-                "tokens_in",
-                "tokens_out",
-            ),
-            "job_id",
-            "left",
-        )
-        .join(event_stats, "job_id", "left")
-        .join(rejected, "job_id", "left")
+
+
+def _status_fields(status: DataFrame) -> DataFrame:
+    """What status.json says of each job; its error renamed, the log's may stand in for it."""
+    return status.select(
+        "job_id",
+        "status",
+        "agent",
+        "session",
+        F.col("error").alias("status_error"),
+        "cost_usd",
+        "tokens_in",
+        "tokens_out",
+    )
+
+
+def _failure_reason(error: Any) -> Any:
+    """The error's text up to its first `:`; `unknown` when there is none."""
+    return F.coalesce(
+        F.nullif(F.trim(F.split(error, ":").getItem(0)), F.lit("")),
+        F.lit("unknown"),
+    )
+
+
+def job_frame(lines: DataFrame, status: DataFrame) -> DataFrame:
+    """One row per job: its log's marks and figures joined with its status.json."""
+    # An exact duplicate line counts once. Events (grouped by job and seq) and the status marks
+    # (min/max) are immune to duplicates already; only counted lines need de-duplicating, which
+    # spares a shuffle of every line.
+    return (
+        _marks(lines)
+        .join(_status_fields(status), "job_id", "left")
+        .join(_event_stats(lines), "job_id", "left")
+        .join(_rejected(lines), "job_id", "left")
         .select(
             "job_id",
             F.coalesce("status", "last_status", F.lit("pending")).alias("status"),
@@ -255,43 +274,40 @@ def compute_frames(
         )
         .withColumn(
             "failure_reason",
-            F.when(
-                F.col("status") == "error",
-                F.coalesce(
-                    F.nullif(F.trim(F.split(F.col("error"), ":").getItem(0)), F.lit("")),
-                    F.lit("unknown"),
-                ),
-            ),
+            F.when(F.col("status") == "error", _failure_reason(F.col("error"))),
         )
     )
-    if since is not None:
-        jobs = jobs.filter(F.to_date("registered_at") >= F.lit(since))
-    jobs = jobs.cache()
 
-    def per(key: str) -> DataFrame:
-        ended = F.col("status").isin(*TERMINAL)
-        return (
-            jobs.groupBy(key)
-            .agg(
-                F.count("*").alias("jobs"),
-                F.sum((F.col("status") == "completed").cast("int")).alias("completed"),
-                F.sum((F.col("status") == "error").cast("int")).alias("error"),
-                F.sum((F.col("status") == "cancelled").cast("int")).alias("cancelled"),
-                F.sum(ended.cast("int")).alias("ended"),
-                F.percentile(F.col("duration_s"), F.lit(0.5)).alias("p50_duration_s"),
-                F.percentile(F.col("duration_s"), F.lit(0.95)).alias("p95_duration_s"),
-                F.sum("cost_usd").alias("cost_usd"),
-                F.sum("tokens_in").alias("tokens_in"),
-                F.sum("tokens_out").alias("tokens_out"),
-            )
-            .withColumn(
-                "success_rate",
-                F.when(F.col("ended") > 0, F.col("completed") / F.col("ended")),
-            )
-            .drop("ended")
-            .orderBy(key)
+
+def group_frame(jobs: DataFrame, key: str) -> DataFrame:
+    """Per `key` (agent, session): outcomes, success rate, p50/p95 durations, cost, tokens."""
+    ended = F.col("status").isin(*TERMINAL)
+    return (
+        jobs.groupBy(key)
+        .agg(
+            F.count("*").alias("jobs"),
+            F.sum((F.col("status") == "completed").cast("int")).alias("completed"),
+            F.sum((F.col("status") == "error").cast("int")).alias("error"),
+            F.sum((F.col("status") == "cancelled").cast("int")).alias("cancelled"),
+            F.sum(ended.cast("int")).alias("ended"),
+            F.percentile(F.col("duration_s"), F.lit(0.5)).alias("p50_duration_s"),
+            F.percentile(F.col("duration_s"), F.lit(0.95)).alias("p95_duration_s"),
+            F.sum("cost_usd").alias("cost_usd"),
+            F.sum("tokens_in").alias("tokens_in"),
+            F.sum("tokens_out").alias("tokens_out"),
         )
+        .withColumn(
+            "success_rate",
+            F.when(F.col("ended") > 0, F.col("completed") / F.col("ended")),
+        )
+        .drop("ended")
+        .orderBy(key)
+    )
 
+
+def day_frame(jobs: DataFrame) -> DataFrame:
+    """Per day (UTC): jobs submitted that day, and completed, failed and their cost by the day
+    they ended."""
     submitted = (
         jobs.filter(F.col("registered_at").isNotNull())
         .groupBy(F.to_date("registered_at").alias("day"))
@@ -306,7 +322,7 @@ def compute_frames(
             F.sum("cost_usd").alias("cost_usd"),
         )
     )
-    days = (
+    return (
         submitted.join(finished, "day", "full")
         .select(
             "day",
@@ -317,11 +333,16 @@ def compute_frames(
         )
         .orderBy("day")
     )
+
+
+def failure_frame(jobs: DataFrame) -> DataFrame:
+    """Per failure reason: the failed jobs (most first) and up to EXAMPLES of them, latest
+    registered first."""
     latest_first = F.sort_array(
         F.collect_list(F.struct(F.coalesce("registered_at", "first_seen_at"), "job_id")),
         asc=False,
     )
-    failures = (
+    return (
         jobs.filter(F.col("failure_reason").isNotNull())
         .groupBy(F.col("failure_reason").alias("reason"))
         .agg(
@@ -332,12 +353,24 @@ def compute_frames(
         )
         .orderBy(F.desc("jobs"), "reason")
     )
+
+
+def compute_frames(
+    lines: DataFrame, status: DataFrame, *, since: date | None = None
+) -> dict[str, DataFrame]:
+    """The report's tables as DataFrames (for Parquet output); `lines` carry a parsed `t`.
+
+    With `since`, only jobs registered on or after that day (UTC) are counted."""
+    jobs = job_frame(lines, status)
+    if since is not None:
+        jobs = jobs.filter(F.to_date("registered_at") >= F.lit(since))
+    jobs = jobs.cache()  # every other table is computed from it
     return {
         "jobs": jobs,
-        "agents": per("agent"),
-        "sessions": per("session"),
-        "days": days,
-        "failures": failures,
+        "agents": group_frame(jobs, "agent"),
+        "sessions": group_frame(jobs, "session"),
+        "days": day_frame(jobs),
+        "failures": failure_frame(jobs),
     }
 
 

@@ -56,79 +56,103 @@ def _failure(job_id: str) -> str:
     return FAILURES[int(job_id, 16) % len(FAILURES)]
 
 
+ENDINGS = ("completed", "error")  # outcomes announced by the job's last event
+
+
+class _JobLog:
+    """One job's events.ndjson as it is written: its lines, its status and error so far, and
+    the time of the next line."""
+
+    def __init__(self, job_id: str, t: datetime) -> None:
+        self.job_id = job_id
+        self.t = t
+        self.lines: list[str] = []
+        self.status = "pending"
+        self.error: str | None = None
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        self.lines.append(_dump({"ts": _ts(self.t), "kind": kind, "job_id": self.job_id, **fields}))
+
+    def change(self, new: str, err: str | None = None) -> None:
+        self.emit("status_changed", previous=self.status, status=new, error=err)
+        self.status, self.error = new, err
+
+
+def _outcome(roll: float, spec: Spec) -> str:
+    """How a job with events ends (or that it is still running), from one roll of the dice."""
+    if roll < spec.p_running:
+        return "running"
+    if roll < spec.p_running + spec.p_error:
+        return "error"
+    if roll < spec.p_running + spec.p_error + spec.p_cancelled:
+        return "cancelled"
+    return "completed"
+
+
+def _event_name(rng: random.Random, spec: Spec, seq: int, last: int, outcome: str) -> str:
+    if seq == 1:
+        return "started"
+    if seq == last and outcome in ENDINGS:
+        return outcome
+    return "permission_required" if rng.random() < spec.p_permission else "progress"
+
+
+def _exchange(
+    rng: random.Random, spec: Spec, job: _JobLog, seq: int, event: str, outcome: str
+) -> None:
+    """One event: published, received (now and then rejected too), the status change it
+    brings, and the silence after it."""
+    envelope = {
+        "schema_version": 1,
+        "seq": seq,
+        "job_id": job.job_id,
+        "event": event,
+        "timestamp": _ts(job.t)[:23] + "Z",
+        "detail": f"{event} {seq}",
+        "data": {"hmac_sig": f"{rng.getrandbits(256):064x}"},
+    }
+    job.emit("published", seq=seq, event=event, envelope=envelope)
+    if seq == 1:
+        job.change("running")
+    job.t += timedelta(milliseconds=rng.uniform(1, 40))
+    job.emit("received", seq=seq, event=event, envelope=envelope)
+    if rng.random() < spec.p_rejected:
+        job.emit(
+            "rejected",
+            reason=rng.choice(REJECT_REASONS),
+            explanation="generated",
+            seq=seq,
+            size=300,
+            excerpt="{...",
+        )
+    if event in ENDINGS:
+        job.change(outcome, _failure(job.job_id) if outcome == "error" else None)
+    # silences: mostly seconds, now and then many minutes
+    gap = rng.expovariate(1 / 20) if rng.random() > 0.03 else rng.uniform(600, 5400)
+    job.t += timedelta(seconds=gap)
+
+
 def _job_lines(
     rng: random.Random, spec: Spec, job_id: str, t: datetime
 ) -> tuple[list[str], str, str | None, datetime]:
     """The events.ndjson lines of one job, its final status and error, and its last time."""
-    lines: list[str] = []
-    status, error = "pending", None
-
-    def emit(kind: str, **fields: Any) -> None:
-        lines.append(_dump({"ts": _ts(t), "kind": kind, "job_id": job_id, **fields}))
-
-    def change(new: str, err: str | None = None) -> None:
-        nonlocal status, error
-        emit("status_changed", previous=status, status=new, error=err)
-        status, error = new, err
-
-    emit("registered", status="pending")
+    job = _JobLog(job_id, t)
+    job.emit("registered", status="pending")
     roll = rng.random()
     if rng.random() < spec.p_no_events:
         if roll < 0.5:  # cancelled before it started; otherwise still waiting
-            t += timedelta(seconds=rng.uniform(1, 600))
-            change("cancelled")
-        return lines, status, error, t
+            job.t += timedelta(seconds=rng.uniform(1, 600))
+            job.change("cancelled")
+        return job.lines, job.status, job.error, job.t
     count = max(2, int(rng.gauss(spec.events_per_job, spec.events_per_job / 4)))
-    if roll < spec.p_running:
-        outcome = "running"
-    elif roll < spec.p_running + spec.p_error:
-        outcome = "error"
-    elif roll < spec.p_running + spec.p_error + spec.p_cancelled:
-        outcome = "cancelled"
-    else:
-        outcome = "completed"
-    last = count if outcome in ("completed", "error") else count - 1
-    t += timedelta(seconds=rng.uniform(0.2, 30))  # time to the first event
+    outcome = _outcome(roll, spec)
+    last = count if outcome in ENDINGS else count - 1
+    job.t += timedelta(seconds=rng.uniform(0.2, 30))  # time to the first event
     for seq in range(1, last + 1):
-        if seq == 1:
-            event = "started"
-        elif seq == last and outcome in ("completed", "error"):
-            event = outcome
-        elif rng.random() < spec.p_permission:
-            event = "permission_required"
-        else:
-            event = "progress"
-        envelope = {
-            "schema_version": 1,
-            "seq": seq,
-            "job_id": job_id,
-            "event": event,
-            "timestamp": _ts(t)[:23] + "Z",
-            "detail": f"{event} {seq}",
-            "data": {"hmac_sig": f"{rng.getrandbits(256):064x}"},
-        }
-        emit("published", seq=seq, event=event, envelope=envelope)
-        if seq == 1:
-            change("running")
-        t += timedelta(milliseconds=rng.uniform(1, 40))
-        emit("received", seq=seq, event=event, envelope=envelope)
-        if rng.random() < spec.p_rejected:
-            emit(
-                "rejected",
-                reason=rng.choice(REJECT_REASONS),
-                explanation="generated",
-                seq=seq,
-                size=300,
-                excerpt="{...",
-            )
-        if event in ("completed", "error"):
-            change(outcome, _failure(job_id) if outcome == "error" else None)
-        # silences: mostly seconds, now and then many minutes
-        gap = rng.expovariate(1 / 20) if rng.random() > 0.03 else rng.uniform(600, 5400)
-        t += timedelta(seconds=gap)
+        _exchange(rng, spec, job, seq, _event_name(rng, spec, seq, last, outcome), outcome)
     if outcome == "cancelled":
-        change("cancelled")
-    return lines, status, error, t
+        job.change("cancelled")
+    return job.lines, job.status, job.error, job.t
 
 
 def generate(logs: Path, spec: Spec | None = None) -> int:

@@ -181,7 +181,7 @@ def _run(
 ) -> ReportResult:
     from delegate.report import compact as compaction
     from delegate.report.figures import collect, compute_frames, read_ndjson, read_status
-    from delegate.report.render import write
+    from delegate.report.output import write
 
     generated_at = datetime.now(UTC)
     compacted = compaction.compact(spark, logs, store) if compact else None

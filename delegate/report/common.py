@@ -1,0 +1,118 @@
+"""What the terminal report and the HTML page share: figures as people read them, the time
+range covered, the one-line summary, and the report as plain JSON.
+
+What people read says durations in words (`4m 12s`, `delegate.core.timefmt`), times in local
+time, and `-` for what is missing. JSON keeps the figures as computed (seconds, UTC).
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, tzinfo
+from typing import Any, NamedTuple
+
+from delegate.core.timefmt import RECORD_FORMAT, parse_iso, seconds_between
+from delegate.report.figures import Report
+
+
+def plain(value: Any) -> Any:
+    """`value` with its datetimes and dates as text, for JSON."""
+    if isinstance(value, datetime):
+        return value.strftime(RECORD_FORMAT)
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    return plain(report._asdict())  # type: ignore[no-any-return]
+
+
+# --- cells as people read them -------------------------------------------------------------
+
+
+def as_count(value: Any) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def as_rate(value: Any) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def as_cost(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}"
+
+
+def as_reasons(value: Any) -> str:
+    if not value:
+        return "-"
+    return ", ".join(f"{reason} {count}" for reason, count in sorted(value.items()))
+
+
+def as_text(value: Any) -> str:
+    return "-" if value is None or value == "" else str(plain(value))
+
+
+def to_local(moment: datetime, tz: tzinfo | None) -> datetime:
+    """`moment` in `tz`, or in this machine's zone when `tz` is None."""
+    return moment.astimezone(tz) if tz is not None else moment.astimezone()
+
+
+def page_time(text: Any, tz: tzinfo | None = None, *, seconds: bool = True) -> str:
+    """An ISO time as the HTML page shows it, in `tz` (default: this machine's zone):
+    `2026-11-22 14:02:07` (or without seconds); `-` when missing."""
+    moment = parse_iso(text)
+    if moment is None:
+        return "-"
+    return to_local(moment, tz).strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+# --- what the report covers ------------------------------------------------------------------
+
+
+class Coverage(NamedTuple):
+    start: str | None  # ISO UTC
+    end: str | None
+    span_s: float | None
+
+
+def coverage(report: Report) -> Coverage:
+    start, end = report.totals.get("covers_from"), report.totals.get("covers_to")
+    return Coverage(start, end, seconds_between(start, end))
+
+
+def sessions_shared(report: Report) -> list[dict[str, Any]]:
+    """The sessions that hosted more than one job: a one-job session is that job's row."""
+    return [s for s in report.sessions if (s.get("jobs") or 0) > 1]
+
+
+def _outcomes(report: Report) -> str:
+    counts: dict[str, int] = {}
+    for job in report.jobs:
+        counts[job["status"]] = counts.get(job["status"], 0) + 1
+    ended = [(s, counts.pop(s, 0)) for s in ("completed", "error", "cancelled")]
+    parts = [f"{n} {'failed' if s == 'error' else s}" for s, n in ended]
+    still = sum(counts.values())
+    if still:
+        parts.append(f"{still} not ended")
+    return ", ".join(parts)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def summary(report: Report) -> str:
+    """`12 jobs (9 completed, 2 failed, 1 cancelled); 240 events, ...`: the report in a line."""
+    t = report.totals
+    return (
+        f"{_plural(t['jobs'], 'job')} ({_outcomes(report)}); {_plural(t['events'], 'event')},"
+        f" {_plural(t['permission_requests'], 'permission request')},"
+        f" {_plural(t['rejected'], 'rejected message')},"
+        f" {_plural(t['malformed_lines'], 'malformed line')}"
+    )
