@@ -34,14 +34,12 @@ import os
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from delegate.config.settings import CONFIG_ENV, settings
 from delegate.config.tomlfile import read_toml
 from delegate.core.errors import ConfigError, UsageError
-
-if TYPE_CHECKING:
-    from delegate.core.policy import Caps
+from delegate.core.policy import Caps
 
 CONFIG_FILE = "delegate.toml"  # in the state directory, unless DELEGATE_CONFIG names another
 PROMPT_MODES = ("stdin", "file")
@@ -267,8 +265,6 @@ def _cap(value: object, where: str) -> int | None:
 
 def max_running_caps(config: Mapping[str, Any]) -> Caps:
     """The concurrency caps of delegate.toml: `max_running` at the top and per profile."""
-    from delegate.core.policy import Caps
-
     per_agent = {}
     tables = config.get("profiles", {})
     if isinstance(tables, dict):
