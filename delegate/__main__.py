@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sys
 
+from delegate import version_line
 from delegate.config import logsetup
+from delegate.core.errors import guarded
 
 TYPE_CHECKING = False  # the fast paths (publish, hook) import nothing they do not use
 if TYPE_CHECKING:
@@ -16,17 +18,15 @@ def main(argv: list[str] | None = None) -> int:
 
     def dispatch() -> int:
         if argv in (["--version"], ["-V"]):  # answered without typer
-            from delegate import version_line
-
             sys.stdout.write(version_line() + "\n")
             return 0
         if argv[:1] == ["publish"] and not {"-h", "--help"} & set(argv):
-            from delegate.entry.publish import main_publish
+            from delegate.entry.publish import main_publish  # each fast path loads its own
 
             logsetup.configure_lazily()
             return main_publish(argv[1:])
         if argv[:2] == ["cron", "run"] and len(argv) == 3 and not argv[2].startswith("-"):
-            from delegate.entry.cron import main_cron_run
+            from delegate.entry.cron import main_cron_run  # only its own fast path (see publish)
 
             logsetup.configure_lazily()
             code = main_cron_run(argv[2])
@@ -34,28 +34,26 @@ def main(argv: list[str] | None = None) -> int:
                 return code
         fast_lock = argv[1:2] in (["acquire"], ["renew"], ["release"], ["check"])
         if argv[:1] == ["lock"] and fast_lock and not {"-h", "--help"} & set(argv):
-            from delegate.entry.coord import main_lock
+            from delegate.entry.coord import main_lock  # only its own fast path (sqlite3, leases)
 
             logsetup.configure_lazily()
             return main_lock(argv[1:])
         if argv[:1] == ["ps"] and not {"-h", "--help"} & set(argv):
-            from delegate.entry.ps import main_ps
+            from delegate.entry.ps import main_ps  # only its own fast path (the registry, tmux)
 
             logsetup.configure_lazily()
             answered = main_ps(argv[1:])
             if answered is not None:
                 return answered
         if argv[:1] == ["hook"] and not {"-h", "--help"} & set(argv):
-            from delegate.entry.publish import main_hook
+            from delegate.entry.publish import main_hook  # only its own fast path
 
             logsetup.configure_lazily()
             return main_hook(argv[1:])
         logsetup.configure()
-        from delegate.cli.app import run
+        from delegate.cli.app import run  # typer, click, rich: only when no fast path answered
 
         return run(argv)
-
-    from delegate.core.errors import guarded
 
     return guarded(dispatch)
 

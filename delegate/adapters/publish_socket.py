@@ -18,6 +18,7 @@ with the first receipt, so one request is one event whatever gets lost on the wa
 from __future__ import annotations
 
 import os
+import time
 
 from delegate.core import fastjson as json  # the client's hot path: no `re` behind `json`
 
@@ -37,8 +38,8 @@ _MAX_PATH = 100  # sun_path holds 108 bytes on Linux
 def socket_path(job_dir: Path, job_id: str) -> Path | None:
     """Where the wrapper of `job_id` listens: its log folder, or a private temp folder when that
     path is too long for a Unix socket. None when no safe place exists."""
-    import tempfile
-    from pathlib import Path
+    import tempfile  # tempfile, pathlib: the wrapper's side; the client stays light (see above)
+    from pathlib import Path  # as tempfile
 
     candidate = job_dir / "publish.sock"
     if len(os.fsencode(candidate)) < _MAX_PATH:
@@ -61,9 +62,9 @@ class PublishServer:
     def __init__(self, path: Path, handler: Any, *, owner: tuple[int, int] | None = None) -> None:
         """`owner` (uid, gid): an agent running as another user; the socket becomes theirs,
         and only they and this process's user may talk to it (checked per connection)."""
-        import socket
-        import threading
-        from collections import OrderedDict
+        import socket  # socket, threading, OrderedDict: the server's, in the wrapper; a client
+        import threading  # (a fresh `delegate publish`) loads this module without them
+        from collections import OrderedDict  # as socket
 
         self.path = path
         self.handler = handler  # (request dict) -> response dict
@@ -99,8 +100,8 @@ class PublishServer:
 
     @staticmethod
     def _peer_uid(conn: socket.socket) -> int:
-        import socket
-        import struct
+        import socket  # socket, struct: the server's (as in __init__)
+        import struct  # as socket
 
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         return int(struct.unpack("3i", creds)[1])
@@ -155,8 +156,6 @@ def request(
         if not sent:
             return None
         if attempt + 1 < attempts:
-            import time
-
             time.sleep(0.05 * (attempt + 1))
     return {
         "ok": False,
@@ -169,7 +168,7 @@ def request(
 def _exchange(path: str, body: bytes, timeout_s: float) -> tuple[dict[str, Any] | None, bool]:
     """(answer, whether the request reached the wrapper). `_socket`, not `socket`: the client
     is a fresh process on the agent's hot path, and `socket` pulls in enum and selectors."""
-    import _socket
+    import _socket  # _socket: only when a request is sent (the docstring says why not socket)
 
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(timeout_s)

@@ -40,6 +40,7 @@ def ensure_schema(
     except sqlite3.OperationalError as exc:
         if not is_busy(exc):
             raise
+    # tenacity: ~10 ms, paid only when the schema is missing or busy, not on every open
     from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
 
     @retry(

@@ -11,6 +11,7 @@ on stderr. Rendering is rich's (imported only when a table is printed).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import IO, Any, NamedTuple, TypeVar
 
 from delegate.config.settings import settings
+from delegate.core.errors import say
 
 T = TypeVar("T")
 
@@ -92,8 +94,6 @@ def print_table(
     """Print `rows` under `columns` fitted to `width` (default: the terminal's); when there
     are no rows, print `empty` on stderr instead (as `delegate: no open jobs`). With
     `fit=False` (`ps --wide`) nothing is shortened, whatever the width."""
-    from delegate.core.errors import say
-
     if not rows:
         say(empty)
         return
@@ -103,9 +103,9 @@ def print_table(
     width = width or terminal_width(out)
     widths = fit_widths(cols, cells, width if fit else sys.maxsize)
 
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    from rich.console import Console  # rich: only when a table is printed (module doc)
+    from rich.table import Table  # rich: as above
+    from rich.text import Text  # rich: as above
 
     table = Table(title=title, box=None, header_style="bold", pad_edge=False, padding=(0, 1))
     for col, w in zip(cols, widths, strict=True):
@@ -129,8 +129,6 @@ def wants_json(as_json: bool, stream: IO[str] | None = None) -> bool:
 
 def print_json(obj: Any, file: IO[str] | None = None) -> None:
     """One JSON line (keys sorted), flushed: what every command prints for a machine."""
-    import json
-
     out = file or sys.stdout
     out.write(json.dumps(obj, ensure_ascii=False, sort_keys=True) + "\n")
     out.flush()
@@ -151,8 +149,6 @@ def print_listing(
     a terminal; with --json or piped, one JSON line per item (`to_json(item)`, else the item
     itself); nothing at all on stdout and `delegate: EMPTY` on stderr when there are none."""
     if not items:
-        from delegate.core.errors import say
-
         say(empty)
         return
     if wants_json(as_json):

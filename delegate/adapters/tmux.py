@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -138,8 +139,6 @@ def prepare_socket_folder(socket_path: str, *, private: bool) -> None:
 
 def socket_folder_problem(folder: str, info: os.stat_result | None = None) -> str | None:
     """Why tmux would refuse `folder` for its sockets (not ours, open to others), or None."""
-    import stat
-
     info = info or os.lstat(folder)
     if not stat.S_ISDIR(info.st_mode):
         return "is not a folder"
@@ -380,10 +379,10 @@ def _stat_fields(pid: int) -> list[str] | None:
     """
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read().decode("utf-8", "replace")
+            line = handle.read().decode("utf-8", "replace")
     except OSError:
         return None
-    return stat[stat.rfind(")") + 2 :].split()
+    return line[line.rfind(")") + 2 :].split()
 
 
 def zombie_exit(pid: int) -> tuple[int | None, int | None] | None:
@@ -476,8 +475,7 @@ def version() -> str:
 def round_trip() -> None:
     """Start a tmux server on a private socket in a new folder, create and kill a session,
     stop the server: what every launch needs. Raises TmuxError with tmux's own message."""
-    import shutil
-    import tempfile
+    import tempfile  # tempfile: `doctor`'s; `ps --json` loads this module without it
 
     folder = tempfile.mkdtemp(prefix="dlg-doctor-")
     server = Tmux(os.path.join(folder, "sock", "doctor"))

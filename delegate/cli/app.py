@@ -7,18 +7,43 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
+import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import click
 import typer
+from click.exceptions import Abort, ClickException, Exit
 
-from delegate.adapters.terminal import print_json as _print_json
+from delegate import version_line
+from delegate.adapters.audit import parse_line
+from delegate.adapters.terminal import (
+    Column,
+    print_json,
+    print_listing,
+    print_table,
+    terminal_width,
+    wants_json,
+)
 from delegate.cli.lazy import LazyGroup, build_from, shell_of
 from delegate.core.errors import DelegateError, say
+from delegate.core.eventlines import audit_line, event_line, outcome_line
+from delegate.core.timefmt import human_duration, human_timeout, local_time
 from delegate.entry.ps import DEFAULT_LIMIT as PS_LIMIT
-from delegate.services.jobs.register import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_WALL_TIMEOUT_S
+from delegate.entry.ps import print_ps_json
+from delegate.entry.publish import main_hook, run_publish
+from delegate.services.jobs.register import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_WALL_TIMEOUT_S,
+    parse_status,
+    pick_job,
+    register_job,
+)
+from delegate.services.logs import follow_log
+from delegate.services.ps import job_timing, rows
 from delegate.services.state import State
 
 app = typer.Typer(
@@ -34,8 +59,6 @@ app = typer.Typer(
 
 def _print_version(wanted: bool) -> None:
     if wanted:
-        from delegate import version_line
-
         print(version_line())
         raise typer.Exit(0)
 
@@ -102,12 +125,8 @@ def _state() -> State:
 def _event_printer(as_json: bool) -> Any:
     """What `submit --wait`, `watch` and `session resume --wait` print per event: a readable
     line at a terminal, the signed envelope as one JSON line otherwise."""
-    from delegate.adapters.terminal import print_json, terminal_width, wants_json
-
     if wants_json(as_json):
         return print_json
-    from delegate.core.eventlines import event_line
-
     width = terminal_width()
 
     def emit_line(envelope: dict[str, Any]) -> None:
@@ -118,8 +137,6 @@ def _event_printer(as_json: bool) -> Any:
 
 def _say_outcome(state: State, job_id: str) -> None:
     """How the job ended, in words, on stderr (`job 1a2b3c4d timed out: no activity for 10m`)."""
-    from delegate.core.eventlines import outcome_line
-
     print(outcome_line(state.registry.get(job_id).public_dict()), file=sys.stderr)
 
 
@@ -136,8 +153,6 @@ def register(
 
     Example: delegate register --cmd 'make test' --idempotency-key nightly-2026-11-22
     """
-    from delegate.services.jobs.register import register_job
-
     job, _created = register_job(
         _state(),
         command=cmd,
@@ -147,7 +162,7 @@ def register(
         idempotency_key=idempotency_key,
     )
     if as_json:
-        _print_json(job.public_dict())
+        print_json(job.public_dict())
     else:
         print(job.job_id)
     return 0
@@ -171,8 +186,6 @@ def publish(
 
     Example: delegate publish --event progress --detail 'tests pass' --data '{"done": 3}'
     """
-    from delegate.entry.publish import run_publish
-
     return run_publish(job=job, event=event, detail=detail, data=data)
 
 
@@ -184,8 +197,6 @@ def hook() -> int:
     so a hook never blocks the agent.
     Example: echo '{"hook_event_name": "Stop"}' | delegate hook
     """
-    from delegate.entry.publish import main_hook
-
     return main_hook([])
 
 
@@ -214,7 +225,7 @@ def watch(
     also 2 when this watch gave up (--wall-timeout/--idle-timeout) before the job ended.
     Example: delegate watch 1a2b3c4d --idle-timeout 300
     """
-    from delegate.services.jobs.watch import watch_job
+    from delegate.services.jobs.watch import watch_job  # the launcher: only `watch` loads it
 
     state = _state()
     outcome = watch_job(
@@ -240,13 +251,6 @@ def jobs(
 
     Example: delegate jobs --status running --json
     """
-    from datetime import UTC, datetime
-
-    from delegate.adapters.terminal import Column, print_listing
-    from delegate.core.timefmt import human_duration, local_time
-    from delegate.services.jobs.register import parse_status
-    from delegate.services.ps import job_timing
-
     wanted = parse_status(status)
     found = _state().registry.list(wanted)
     now = datetime.now(UTC)
@@ -279,15 +283,12 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
 
     Example: delegate show 1a2b3c4d --json
     """
-    from delegate.adapters.terminal import Column, print_table, wants_json
-    from delegate.core.timefmt import human_timeout, local_time
-
     state = _state()
     job = state.registry.get(job_id)
     record = job.public_dict()
     record["audit_log"] = str(state.audit.events_path(job_id))
     if wants_json(as_json):
-        _print_json(record)
+        print_json(record)
         return 0
 
     def value(key: str, v: Any) -> str:
@@ -327,17 +328,11 @@ def logs(
     of those lines is printed, the others only with --raw.
     Example: delegate logs 1a2b3c4d --follow
     """
-    from delegate.adapters.terminal import terminal_width, wants_json
-    from delegate.services.logs import follow_log
-
     readable = not wants_json(as_json)
     width = terminal_width()
 
     def emit(line: bytes) -> None:
         if readable:
-            from delegate.adapters.audit import parse_line
-            from delegate.core.eventlines import audit_line
-
             entry = parse_line(line)
             text = audit_line(entry, width=width) if entry else line.decode("utf-8", "replace")
             sys.stdout.write(text.rstrip("\n") + "\n")
@@ -355,13 +350,14 @@ def cancel(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
 
     Example: delegate cancel 1a2b3c4d
     """
+    # services.jobs.submit (the launcher, tmux): only the commands that submit or cancel
     from delegate.services.jobs.submit import cancel as cancel_job
 
     result = cancel_job(_state(), job_id)
     if result.session_note is not None:
         say(result.session_note)
     if as_json:
-        _print_json({**result.job.public_dict(), "session_note": result.session_note})
+        print_json({**result.job.public_dict(), "session_note": result.session_note})
     else:
         print(f"{result.job.job_id} cancelled")
     return 0
@@ -378,14 +374,12 @@ def pick(
 
     Example: delegate pick --agent-session worker-1 --json
     """
-    from delegate.services.jobs.register import pick_job
-
     job = pick_job(_state(), agent_session)
     if job is None:
         say("no pending job")
         return 1
     if as_json:
-        _print_json(job.public_dict())
+        print_json(job.public_dict())
     else:
         print(job.job_id)
     return 0
@@ -461,9 +455,10 @@ def submit(
     Exit status with --wait: 0 completed, 1 error, 2 timed out, 3 cancelled.
     Example: delegate submit --agent claude --prompt-file task.md --workdir ~/repo --wait
     """
-    from delegate.services.jobs.jobfile import merge_job_file
-    from delegate.services.jobs.submit import SubmitRequest, read_prompt
-    from delegate.services.jobs.submit import submit as submit_job
+    # services.jobs.{jobfile,submit} (profiles, the launcher, tmux): only `submit` loads them;
+    from delegate.services.jobs.jobfile import merge_job_file  # every other command goes without
+    from delegate.services.jobs.submit import SubmitRequest, read_prompt  # as jobfile
+    from delegate.services.jobs.submit import submit as submit_job  # as jobfile
 
     settings = merge_job_file(
         from_file,
@@ -488,7 +483,7 @@ def submit(
     waiting = sys.stdout.isatty() if settings["wait"] is None else bool(settings["wait"])
     emit = _event_printer(as_json)
     if settings["host"]:
-        from delegate.services.jobs.submit import submit_remote
+        from delegate.services.jobs.submit import submit_remote  # only for --host
 
         result = submit_remote(
             _state(), request, settings["host"], wait=waiting, emit=emit, note=say
@@ -512,7 +507,7 @@ def _submitted(result: Any, as_json: bool) -> int:
         print(f"audit log: {state.audit.events_path(result.job.job_id)}", file=sys.stderr)
         return int(result.outcome.exit_code)
     if as_json:
-        _print_json(result.job.public_dict())
+        print_json(result.job.public_dict())
     else:
         print(result.job.job_id)
     return 0
@@ -540,13 +535,8 @@ def ps(
     TIME is how long a job has run (finished: start to end; queued or pending: its wait so far).
     Example: delegate ps --limit 20 --json
     """
-    from delegate.adapters.terminal import Column, print_listing, wants_json
-    from delegate.core.timefmt import human_duration, local_time
-    from delegate.entry.ps import print_ps_json
-    from delegate.services.ps import rows
-
     if host is not None:  # what that agent host says of its open jobs (its presence)
-        from delegate.services.remote import host_jobs
+        from delegate.services.remote import host_jobs  # services.remote: only `ps --host`
 
         print_listing(
             [{**reported, "host": host} for reported in host_jobs(_state(), host)],
@@ -606,7 +596,7 @@ SessionArg = Annotated[str, typer.Argument(help="The session name (dlg-<job id>,
 
 def _print_session(view: Any, as_json: bool) -> None:
     if as_json:
-        _print_json(view.to_dict())
+        print_json(view.to_dict())
     else:
         print(f"{view.name} {view.state} (job {view.job_id or '-'})")
 
@@ -622,8 +612,7 @@ def session_list(
 
     Example: delegate session list --all --json
     """
-    from delegate.adapters.terminal import Column, print_listing
-    from delegate.core.timefmt import local_time
+    # services.session (the launcher, tmux): only the session commands
     from delegate.services.session import list_sessions
 
     print_listing(
@@ -665,6 +654,7 @@ def session_stop(
 
     Example: delegate session stop dlg-1a2b3c4d --mode graceful --timeout 10
     """
+    # services.session (the launcher, tmux): only the session commands
     from delegate.services.session import stop
 
     _print_session(stop(_state(), name, mode=mode, timeout_s=timeout), as_json)
@@ -689,8 +679,9 @@ def session_resume(
 
     Example: delegate session resume nightly --prompt 'carry on with the tests'
     """
+    # services.session (the launcher, tmux): only the session commands (resume submits)
     from delegate.services.jobs.submit import read_prompt
-    from delegate.services.session import resume
+    from delegate.services.session import resume  # as services.jobs.submit
 
     text = None
     if prompt is not None or prompt_file is not None:
@@ -706,8 +697,7 @@ def attach(name: SessionArg) -> int:
 
     Example: delegate attach dlg-1a2b3c4d
     """
-    import subprocess
-
+    # services.session (the launcher, tmux): only the session commands
     from delegate.services.session import attach_argv
 
     return subprocess.run(attach_argv(_state(), name), check=False).returncode
@@ -726,6 +716,7 @@ def send(
 
     Example: delegate send dlg-1a2b3c4d 'yes, go ahead'
     """
+    # services.session (the launcher, tmux): only the session commands
     from delegate.services.session import send as send_text
 
     send_text(_state(), name, text, enter=not no_enter, keys=keys)
@@ -742,11 +733,12 @@ def peek(
 
     Example: delegate peek dlg-1a2b3c4d --lines 40
     """
+    # services.session (the launcher, tmux): only the session commands
     from delegate.services.session import peek as peek_pane
 
     found = peek_pane(_state(), name, lines=lines)
     if as_json:
-        _print_json({"session": name, "lines": found})
+        print_json({"session": name, "lines": found})
     else:
         for line in found:
             print(line)
@@ -789,13 +781,13 @@ def cron_add(
 
     Example: delegate cron add '0 2 * * *' nightly.toml --catch-up once
     """
-    from delegate.services.cron import Crontab, add
+    from delegate.services.cron import Crontab, add  # services.cron: only the cron commands
 
     entry = add(
         _state(), schedule, job_file, name=name, catch_up=catch_up, crontab=Crontab(user, file)
     )
     if as_json:
-        _print_json(entry)
+        print_json(entry)
     else:
         print(f"{entry['name']}: {entry['schedule']} {entry['job_file']}")
     return 0
@@ -807,9 +799,7 @@ def cron_list(as_json: JsonOpt = False) -> int:
 
     Example: delegate cron list --json
     """
-    from delegate.adapters.terminal import Column, print_listing
-    from delegate.core.timefmt import local_time
-    from delegate.services.cron import listing
+    from delegate.services.cron import listing  # services.cron: only the cron commands
 
     print_listing(
         listing(_state()),
@@ -838,7 +828,7 @@ def cron_remove(
 
     Example: delegate cron remove nightly
     """
-    from delegate.services.cron import Crontab, remove
+    from delegate.services.cron import Crontab, remove  # services.cron: only the cron commands
 
     crontab = Crontab(user, file) if (user or file) else None
     entry = remove(_state(), name, crontab=crontab)
@@ -853,7 +843,7 @@ def cron_run(name: Annotated[str, typer.Argument(help="The entry's name.")]) -> 
     One line of output; exit 0 when the window's job was submitted or already existed.
     Example: delegate cron run nightly
     """
-    from delegate.services.cron import run as run_entry
+    from delegate.services.cron import run as run_entry  # services.cron: only the cron commands
 
     print(run_entry(_state(), name).line())
     return 0
@@ -883,15 +873,16 @@ def monitor(
     One line per action on stdout (JSON with --json). SIGTERM stops it with exit 0.
     Example: delegate monitor --interval 5 --json
     """
+    # the reconcile policy and the monitor loop: only `monitor` loads them
     from delegate.core.policy import PolicySettings
-    from delegate.runtime.monitor import run_monitor
+    from delegate.runtime.monitor import run_monitor  # as core.policy
 
     if keep_finished < 0:
         raise typer.BadParameter("--keep-finished must be zero or more seconds")
 
     def report(done: Any) -> None:
         if as_json:
-            _print_json(done.to_dict())
+            print_json(done.to_dict())
         else:
             print(done.sentence(), flush=True)
 
@@ -928,7 +919,7 @@ def report(
 
     Example: delegate report --since 2026-11-01 --format html --out report/
     """
-    from delegate.services.report import run_report
+    from delegate.services.report import run_report  # only `report` loads it
 
     result = run_report(
         _state(),
@@ -940,9 +931,8 @@ def report(
         compact=compact,
         verbose=verbose,
     )
-    from delegate.report.text import (
-        print_report,  # PySpark behind it: only once it is known there
-    )
+    # delegate.report.text (pyspark behind it): only once the report ran
+    from delegate.report.text import print_report
 
     if result.compacted is not None:
         print(
@@ -964,12 +954,11 @@ def doctor(as_json: JsonOpt = False) -> int:
     Exit status 0 when everything is fine, 1 when something needs attention.
     Example: delegate doctor --json
     """
-    from delegate.adapters.terminal import Column, print_table, wants_json
-    from delegate.services.doctor import healthy, run_checks
+    from delegate.services.doctor import healthy, run_checks  # only `doctor` loads it
 
     checks = run_checks(_state())
     if wants_json(as_json):  # one object: the verdict and its checks
-        _print_json({"healthy": healthy(checks), "checks": [c.to_dict() for c in checks]})
+        print_json({"healthy": healthy(checks), "checks": [c.to_dict() for c in checks]})
     else:
         print_table(
             ["CHECK", "STATUS", Column("DETAIL", free=True)],
@@ -1020,8 +1009,6 @@ def run(argv: list[str]) -> int:
     Usage errors become one line on stderr and exit 64, so they never collide with watch's
     outcome codes (0-3).
     """
-    from click.exceptions import Abort, ClickException, Exit
-
     if not argv:
         argv = ["--help"]
     command = root_command()
@@ -1033,8 +1020,6 @@ def run(argv: list[str]) -> int:
         return 130
     except ClickException as exc:
         # click 8.2+ and typer both append "Did you mean ...?"; say it once, on one line.
-        import re
-
         sentences = re.split(r"(?<=[.?!])\s+", exc.format_message().strip())
         message = " ".join(dict.fromkeys(s for s in sentences if s))
         say(message)

@@ -18,9 +18,30 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from delegate.adapters.terminal import Column, print_listing
 from delegate.adapters.terminal import print_json as _print_json
+from delegate.coord.blackboard import delete, entries, parse_value, read, render, write
+from delegate.coord.board import Thresholds as BoardThresholds
+from delegate.coord.board import load, open_board, post, resolve
+from delegate.coord.deadlock import block as record
+from delegate.coord.deadlock import deadlocks as cycles
+from delegate.coord.deadlock import describe
+from delegate.coord.deadlock import unblock as drop
+from delegate.coord.export import bus_rows, export, message_rows
+from delegate.coord.heartbeats import agents as heartbeat_agents
+from delegate.coord.heartbeats import beat
+from delegate.coord.leases import check, listing, release, renew
+from delegate.coord.messages import ack, receive, send
 from delegate.core.errors import UsageError
+from delegate.core.timefmt import human_duration, local_time
 from delegate.entry.coord import LOCK_TTL_S, acquire_lease, announce
+from delegate.services.coord import (
+    default_agent,
+    finished_job_agents,
+    heartbeat_thresholds,
+    open_coord,
+)
+from delegate.services.state import State
 
 if TYPE_CHECKING:
     from delegate.coord.heartbeats import Thresholds
@@ -51,14 +72,10 @@ bus_app = typer.Typer(help="The job event bus.", no_args_is_help=True)
 
 
 def _store() -> CoordStore:
-    from delegate.services.coord import open_coord
-
     return open_coord()
 
 
 def _agent(given: str | None, option: str) -> str:
-    from delegate.services.coord import default_agent
-
     agent = default_agent(given)
     if not agent:
         raise UsageError(f"{option} is needed (or run inside a job, or set DELEGATE_AGENT_ID)")
@@ -66,8 +83,6 @@ def _agent(given: str | None, option: str) -> str:
 
 
 def _thresholds() -> Thresholds:
-    from delegate.services.coord import heartbeat_thresholds
-
     return heartbeat_thresholds()
 
 
@@ -106,8 +121,6 @@ def msg_send(
 
     Example: delegate msg send --from planner --to coder --type task --data '{"file": "a.py"}'
     """
-    from delegate.coord.messages import send
-
     if not type_:
         raise UsageError("--type is needed")
     sent = send(
@@ -141,9 +154,6 @@ def msg_recv(
     Receiving does not acknowledge: run `delegate msg ack` once they are handled.
     Example: delegate msg recv --agent coder --wait 30 --json
     """
-    from delegate.adapters.terminal import Column, print_listing
-    from delegate.coord.messages import receive
-
     who = _agent(agent, "--agent")
     found = receive(_store(), who, wait_s=wait, limit=limit)
     print_listing(
@@ -171,8 +181,6 @@ def msg_ack(
 
     Example: delegate msg ack --agent coder 42
     """
-    from delegate.coord.messages import ack
-
     print(ack(_store(), _agent(agent, "--agent"), seq))
     return 0
 
@@ -195,8 +203,6 @@ def msg_export(out: OutOpt = None) -> int:
 
     Example: delegate msg export --out messages.jsonl
     """
-    from delegate.coord.export import export, message_rows
-
     store = _store()
     _exported(export(store, "messages", message_rows(store), out))
     return 0
@@ -208,9 +214,6 @@ def bus_export(out: OutOpt = None) -> int:
 
     Example: delegate bus export --out events.jsonl
     """
-    from delegate.coord.export import bus_rows, export
-    from delegate.services.state import State
-
     state = State.open()
     url = state.default_bus_url()
     if not url.startswith("sqlite://"):
@@ -264,8 +267,6 @@ def lock_renew(
 
     Example: delegate lock renew src/app.py --owner coder --ttl 120
     """
-    from delegate.coord.leases import renew
-
     _print_grant(renew(_store(), "lock", resource, _agent(owner, "--owner"), ttl_s=ttl), as_json)
     return 0
 
@@ -279,8 +280,6 @@ def lock_release(
 
     Example: delegate lock release src/app.py --owner coder
     """
-    from delegate.coord.leases import release
-
     event = release(_store(), "lock", resource, _agent(owner, "--owner"))
     announce([event])
     return 0
@@ -295,8 +294,6 @@ def lock_check(
 
     Example: delegate lock check src/app.py --token 7
     """
-    from delegate.coord.leases import check
-
     current, why = check(_store(), "lock", resource, token)
     print(why)
     return 0 if current else 1
@@ -313,10 +310,6 @@ def lock_list(as_json: JsonOpt = False) -> int:
 
 
 def _list_leases(kind: str, as_json: bool) -> None:
-    from delegate.adapters.terminal import Column, print_listing
-    from delegate.coord.leases import listing
-    from delegate.core.timefmt import human_duration
-
     store = _store()
     now = store.now()
 
@@ -398,8 +391,6 @@ def claim_renew(
 
     Example: delegate claim renew build-docs --owner writer --lease 60
     """
-    from delegate.coord.leases import renew
-
     _print_grant(renew(_store(), "claim", task, _agent(owner, "--owner"), ttl_s=lease), as_json)
     return 0
 
@@ -410,8 +401,6 @@ def claim_release(task: TaskArg, owner: OwnerOpt = None) -> int:
 
     Example: delegate claim release build-docs --owner writer
     """
-    from delegate.coord.leases import release
-
     announce([release(_store(), "claim", task, _agent(owner, "--owner"))])
     return 0
 
@@ -441,8 +430,6 @@ def heartbeat(
 
     Example: delegate heartbeat --agent coder --status working --task build-docs --progress 40
     """
-    from delegate.coord.heartbeats import beat
-
     beat(_store(), _agent(agent, "--agent"), status, task=task, progress=progress)
     return 0
 
@@ -459,12 +446,7 @@ def agents(
     unless --all. Thresholds: `[heartbeat] warn/stale/dead` (seconds) in delegate.toml.
     Example: delegate agents --json
     """
-    from delegate.adapters.terminal import Column, print_listing
-    from delegate.coord.heartbeats import agents as listing
-    from delegate.core.timefmt import human_duration
-    from delegate.services.coord import finished_job_agents
-
-    found = listing(_store(), _thresholds())
+    found = heartbeat_agents(_store(), _thresholds())
     hidden = set() if show_all else finished_job_agents([r["agent"] for r in found])
     shown = [r for r in found if r["agent"] not in hidden]
     empty = "no agent has sent a heartbeat"
@@ -502,8 +484,6 @@ def block(
 
     Example: delegate block --agent coder --resource src/app.py
     """
-    from delegate.coord.deadlock import block as record
-
     record(_store(), _agent(agent, "--agent"), waiting_for=waiting_for, resource=resource)
     return 0
 
@@ -519,8 +499,6 @@ def unblock(
 
     Example: delegate unblock --agent coder
     """
-    from delegate.coord.deadlock import unblock as drop
-
     print(drop(_store(), _agent(agent, "--agent"), waiting_for=waiting_for, resource=resource))
     return 0
 
@@ -530,10 +508,6 @@ def deadlocks(as_json: JsonOpt = False) -> int:
 
     Example: delegate deadlocks --json
     """
-    from delegate.adapters.terminal import Column, print_listing
-    from delegate.coord.deadlock import deadlocks as cycles
-    from delegate.coord.deadlock import describe
-
     found = cycles(_store())
     listed: list[dict[str, Any]] = [
         {"cycle": cycle, "agents": [step["agent"] for step in cycle]} for cycle in found
@@ -573,9 +547,6 @@ def board_open(
 
     Example: delegate board open --voters arch,sec,qa --rounds 1 --proposal-file plan.md
     """
-    from delegate.coord.board import Thresholds, open_board
-    from delegate.services.coord import default_agent
-
     proposal = None
     if proposal_file is not None:
         try:
@@ -586,7 +557,7 @@ def board_open(
         _store(),
         voters.split(","),
         rounds=rounds,
-        thresholds=Thresholds(approve, review, reject),
+        thresholds=BoardThresholds(approve, review, reject),
         proposal=proposal,
         opened_by=default_agent(None) or "",
     )
@@ -596,8 +567,6 @@ def board_open(
 
 
 def _post(step: str, voter: str | None, board: str | None, body: dict[str, Any]) -> None:
-    from delegate.coord.board import post
-
     after, events = post(_store(), step, _agent(voter, "--voter"), body, board)
     announce(events)
     print(f"board {after.id}: {after.describe_phase()}")
@@ -697,9 +666,6 @@ def board_resolve(board: BoardOpt = None, as_json: JsonOpt = False) -> int:
 
     Example: delegate board resolve --json
     """
-    from delegate.coord.board import resolve
-    from delegate.services.coord import default_agent
-
     resolution, events = resolve(_store(), board, actor=default_agent(None) or "")
     announce(events)
     if as_json:
@@ -723,8 +689,6 @@ def board_status(board: BoardOpt = None, as_json: JsonOpt = False) -> int:
 
     Example: delegate board status --json
     """
-    from delegate.coord.board import load
-
     found = load(_store(), board)
     if as_json:
         _print_json(found.status())
@@ -757,9 +721,6 @@ def bb_write(
 
     Example: delegate bb write task:q4 '{"status": "pending"}' --ttl 3600 --agent planner
     """
-    from delegate.coord.blackboard import parse_value, write
-    from delegate.services.coord import default_agent
-
     entry = write(
         _store(),
         key,
@@ -784,8 +745,6 @@ def bb_read(
 
     Example: delegate bb read cache:metrics
     """
-    from delegate.coord.blackboard import read
-
     entry = read(_store(), key)
     if as_json:
         _print_json(entry)
@@ -800,8 +759,6 @@ def bb_delete(key: Annotated[str, typer.Argument(help="The key.")]) -> int:
 
     Example: delegate bb delete signal:coder
     """
-    from delegate.coord.blackboard import delete
-
     return 0 if delete(_store(), key) else 1
 
 
@@ -814,10 +771,6 @@ def bb_list(
 
     Example: delegate bb list --prefix task:
     """
-    from delegate.adapters.terminal import Column, print_listing
-    from delegate.coord.blackboard import entries
-    from delegate.core.timefmt import local_time
-
     print_listing(
         entries(_store(), prefix),
         [Column("KEY", free=True), "VERSION", "AGENT", "UPDATED", "EXPIRES"],
@@ -841,8 +794,6 @@ def bb_snapshot(as_json: JsonOpt = False) -> int:
 
     Example: delegate bb snapshot --json
     """
-    from delegate.coord.blackboard import entries
-
     snapshot = {e["key"]: e for e in entries(_store())}
     if as_json:
         _print_json(snapshot)
@@ -857,8 +808,6 @@ def bb_render() -> int:
 
     Example: delegate bb render > swarm-blackboard.md
     """
-    from delegate.coord.blackboard import render
-
     sys.stdout.write(render(_store()))
     return 0
 

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from delegate.adapters.terminal import print_listing
+from delegate.core import hostproto
 from delegate.core.errors import UsageError
+from delegate.core.timefmt import human_timeout, local_time
+from delegate.services.remote import HostBook, host_rows
+from delegate.services.state import State
 
 host_app = typer.Typer(help="Agent hosts: add, remove, list, serve.", no_args_is_help=True)
 
@@ -25,9 +32,6 @@ def host_add(
 
     Example: delegate host add build-1 --lost-after 60
     """
-    from delegate.services.remote import HostBook
-    from delegate.services.state import State
-
     key = HostBook(State.open()).add(name, lost_after_s=lost_after)
     print(key)
     print(
@@ -46,9 +50,6 @@ def host_remove(
 
     Example: delegate host remove build-1
     """
-    from delegate.services.remote import HostBook
-    from delegate.services.state import State
-
     state = State.open()
     HostBook(state).remove(name, state)
     return 0
@@ -62,11 +63,6 @@ def host_list(
 
     Example: delegate host list --json
     """
-    from delegate.adapters.terminal import print_listing
-    from delegate.core.timefmt import human_timeout, local_time
-    from delegate.services.remote import host_rows
-    from delegate.services.state import State
-
     print_listing(
         host_rows(State.open()),
         ["HOST", "STATE", "LAST SEEN", "RUNNING", "LOST AFTER"],
@@ -99,12 +95,8 @@ def host_serve(
 
     Example: delegate host serve --name build-1 --key-file ~/.config/delegate/host.key
     """
-    import os
-    import signal
-
-    from delegate.core import hostproto
+    # runtime.host_server (submit, the launcher, the reconciler): only `host serve` runs it
     from delegate.runtime.host_server import HostServer
-    from delegate.services.state import State
 
     try:
         mode = key_file.stat().st_mode & 0o077

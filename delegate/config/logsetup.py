@@ -21,7 +21,7 @@ DEFAULT_LEVEL = DEFAULT_LOG_LEVEL  # without DELEGATE_LOG_LEVEL
 
 
 def configure() -> None:
-    import logging
+    import logging  # logging: several ms, paid only by a run that configures or logs
 
     level = settings().log_level.upper()
     logging.basicConfig(
@@ -46,7 +46,7 @@ class LazyLogger:
 
     def _get(self) -> Any:
         if self._logger is None:
-            import logging
+            import logging  # logging: at the first message, not at import (module doc)
 
             global _configure_on_first_use
             if _configure_on_first_use:

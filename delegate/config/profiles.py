@@ -301,6 +301,8 @@ def _cap(value: object, where: str) -> int | None:
 
 def max_running_caps(config: Mapping[str, Any]) -> Caps:
     """The concurrency caps of delegate.toml: `max_running` at the top and per profile."""
+    # core.policy (dataclasses, inspect: ~20 modules): `lock acquire --break-dead` reads
+    # delegate.toml through this module and must not pay for the reconcile policy
     from delegate.core.policy import Caps
 
     per_agent = {}

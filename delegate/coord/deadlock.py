@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from delegate.coord.leases import holders
 from delegate.coord.store import CoordStore
 from delegate.core.errors import UsageError
 
@@ -60,7 +61,7 @@ def find_cycles(
     A cycle is a list of steps {"agent", "waits_for", "via"?}: the agent, the agent it waits
     for, and the resource that makes it wait when it is one.
     """
-    import networkx as nx
+    import networkx as nx  # networkx: ~100 ms, only when cycles are looked for
 
     graph: nx.MultiDiGraph[str] = nx.MultiDiGraph()
     for agent, kind, target in waits:
@@ -99,8 +100,6 @@ def describe(cycle: list[dict[str, str]]) -> str:
 
 
 def deadlocks(store: CoordStore) -> list[list[dict[str, str]]]:
-    from delegate.coord.leases import holders
-
     waits = [
         (str(a), str(k), str(t)) for a, k, t in store.read("SELECT agent, kind, target FROM blocks")
     ]

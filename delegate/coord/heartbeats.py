@@ -7,6 +7,8 @@ holder's locks and claims may be broken by another agent.
 
 from __future__ import annotations
 
+from delegate.config.logsetup import get_logger
+from delegate.coord.store import CoordStore
 from delegate.core.errors import UsageError
 
 TYPE_CHECKING = False  # `lock acquire` runs through here: typing and dataclasses cost ~10 ms
@@ -14,8 +16,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
     from typing import Any
-
-    from delegate.coord.store import CoordStore
 
 STATUSES = ("idle", "working", "blocked")
 BEAT_INTERVAL_S = 10.0
@@ -130,7 +130,7 @@ class Beater:
     def __init__(
         self, path: Path, agent: str, *, interval: float = BEAT_INTERVAL_S, task: str | None = None
     ) -> None:
-        import threading
+        import threading  # threading: the wrapper's beater; `lock check|release` run without it
 
         self.path, self.agent, self.interval, self.task = path, agent, interval, task
         self._stop = threading.Event()
@@ -141,9 +141,6 @@ class Beater:
         return self
 
     def _run(self) -> None:
-        from delegate.config.logsetup import get_logger
-        from delegate.coord.store import CoordStore
-
         log = get_logger(__name__)
         store = None
         while True:

@@ -18,8 +18,6 @@ if TYPE_CHECKING:
 def say(message: object) -> None:
     """Print `delegate: MESSAGE` to stderr as exactly one line: line breaks and other control
     characters a user's input may have carried into the message are shown escaped."""
-    import sys
-
     text = "".join(
         ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
         for ch in str(message)
@@ -155,7 +153,7 @@ def guarded(call: Callable[[], int]) -> int:
         say(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "))
         return 74
     except Exception as exc:  # a bug: one line for the user, the traceback at debug level
-        import logging
+        import logging  # logging: only for a bug's traceback; the fast paths never load it
 
         logging.getLogger("delegate").debug("internal error", exc_info=True)
         say(

@@ -43,13 +43,13 @@ def loads(text: str | bytes) -> Any:
             raise StopIteration(start)  # nothing to scan (the C scanner mishandles it)
         value, end = _scan(text, start)
     except (StopIteration, SystemError):
-        import json
+        import json  # json: only for what the scanner declines; fast paths never load it
 
         return json.loads(text)  # raises the usual JSONDecodeError
     finally:
         _Context.memo.clear()
     if text[end:].strip(_WHITESPACE):
-        import json
+        import json  # json: as above, only for what the scanner declines
 
         return json.loads(text)  # "Extra data": let json say so
     return value
@@ -60,7 +60,7 @@ def dumps(value: Any) -> str:
     lists and dicts with str keys; anything else goes to `json`."""
     parts: list[str] = []
     if not _encode(value, parts):
-        import json
+        import json  # json: only for values the encoder declines; fast paths never load it
 
         return json.dumps(value)
     return "".join(parts)

@@ -12,6 +12,8 @@ import sys
 
 from delegate.config.settings import settings
 from delegate.config.statefiles import COORD_DB
+from delegate.coord import default_agent, leases
+from delegate.coord.store import CoordStore
 from delegate.core import fastjson as json
 from delegate.core.errors import DelegateError, UsageError, say
 from delegate.entry.argv import parse_options
@@ -19,7 +21,6 @@ from delegate.entry.argv import parse_options
 TYPE_CHECKING = False  # this path imports no typing at run time
 if TYPE_CHECKING:
     from delegate.coord.leases import Grant
-    from delegate.coord.store import CoordStore
 
 LOCK_TTL_S = 600.0  # `lock acquire|renew --ttl` when not given (the typer commands use it too)
 
@@ -61,7 +62,8 @@ def _coord_db() -> str:
     home = settings().home
     if home:
         return os.path.join(os.path.abspath(os.path.expanduser(home)), COORD_DB)
-    from delegate.config.layout import Layout, state_home  # no $DELEGATE_HOME: pathlib it is
+    # config.layout (pathlib, platformdirs): only without $DELEGATE_HOME
+    from delegate.config.layout import Layout, state_home
 
     return str(Layout(state_home()).coord_db)
 
@@ -79,10 +81,9 @@ def acquire_lease(
     """`lock acquire` and `claim`, on this path and in the typer commands alike: take it
     (breaking a DEAD holder's only when asked, judged by the configured thresholds), then
     announce what happened on the actor's job bus."""
-    from delegate.coord import leases  # sqlite3: not for `cli/coord`'s import of LOCK_TTL_S
-
     thresholds = leases.DEFAULT_THRESHOLDS
-    if break_dead:  # services.coord reads delegate.toml and costs ~15 ms to import: only then
+    if break_dead:
+        # services.coord reads delegate.toml and costs ~15 ms to import: only then
         from delegate.services.coord import heartbeat_thresholds
 
         thresholds = heartbeat_thresholds()
@@ -104,6 +105,7 @@ def announce(events: list[dict[str, object]]) -> None:
     """Publish coordination events on the actor's job bus (`services.coord.announce`), which
     only a process inside a job has: the others do not import it (~15 ms)."""
     if events and settings().job_id:
+        # services.coord (and the job's bus behind it): only inside a job (docstring)
         from delegate.services.coord import announce as announce_on_job_bus
 
         announce_on_job_bus(events)
@@ -113,9 +115,6 @@ def main_lock(argv: list[str]) -> int:
     try:
         action = argv[0]
         resource, values = parse_lock_args(action, argv[1:])
-        from delegate.coord import leases
-        from delegate.coord.store import CoordStore
-
         store = CoordStore(_coord_db())
         if action == "check":
             token = values.get("--token")
@@ -128,8 +127,6 @@ def main_lock(argv: list[str]) -> int:
             current, why = leases.check(store, "lock", resource, number)
             sys.stdout.write(why + "\n")
             return 0 if current else 1
-        from delegate.coord import default_agent
-
         given = values.get("--owner")
         owner = default_agent(str(given) if given else None)
         if not owner:

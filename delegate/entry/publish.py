@@ -48,8 +48,9 @@ def parse_publish_args(argv: list[str]) -> dict[str, str | None]:
 
 def run_publish(*, job: str | None, event: str, detail: str = "", data: str | None = None) -> int:
     """Publish and print a one-line JSON receipt; errors propagate as DelegateError."""
+    # the registry and the bus: not for a publish the pane's wrapper serves (_via_wrapper)
     from delegate.services.jobs.publish import publish_receipt
-    from delegate.services.state import State
+    from delegate.services.state import State  # as services.jobs.publish
 
     receipt = publish_receipt(State.open(), job=job, event=event, detail=detail, data=data)
     json.print_line(receipt)
@@ -61,7 +62,7 @@ def _via_wrapper(args: dict[str, str | None]) -> int | None:
     path, own_job = settings().publish_socket, settings().job_id
     if not path or not own_job or args["job"] not in (None, own_job):
         return None
-    from delegate.adapters.publish_socket import request
+    from delegate.adapters.publish_socket import request  # only inside a pane that serves it
 
     answer = request(path, args)
     if answer is None:
@@ -104,8 +105,8 @@ def main_hook(argv: list[str]) -> int:
         payload = json.loads(raw) if len(raw) <= 1024 * 1024 else None
         if not isinstance(payload, dict):
             raise UsageError("the hook input is not a JSON object of at most 1 MiB")
-        from delegate.core.channels import hook_events
-        from delegate.services.jobs.publish import hook_request as _hook_request
+        from delegate.core.channels import hook_events  # the hook's, not publish's
+        from delegate.services.jobs.publish import hook_request as _hook_request  # as channels
 
         for item in hook_events(payload):
             if item.conversation_id:

@@ -98,8 +98,8 @@ def charts(report: Report) -> dict[str, str]:
     """Each chart's name (its id on the page is `chart-<name>`) and its SVG, in page order."""
     import matplotlib  # heavy: see top
 
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
+    matplotlib.use("Agg")  # pyplot must not look for a display, so this comes first
+    from matplotlib import pyplot as plt  # heavy, and only after the backend is chosen
 
     drawn = {}
     for name, draw in CHARTS.items():

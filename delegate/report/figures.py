@@ -22,6 +22,8 @@ Definitions (the tests recompute each one in plain Python):
 
 from __future__ import annotations
 
+import glob
+import json
 from datetime import date
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -125,9 +127,6 @@ def read_status(spark: SparkSession, pattern: str) -> DataFrame:
     milliseconds per file, and a long history has one small file per job."""
     if "://" in pattern and not pattern.startswith("file://"):
         return spark.read.schema(STATUS_SCHEMA).option("mode", "DROPMALFORMED").json(pattern)
-    import glob
-    import json
-
     rows = []
     for path in glob.glob(pattern.removeprefix("file://")):
         try:

@@ -19,12 +19,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from delegate.adapters.bus.mqtt import DURABLE_SESSION_S, Connection
+from delegate.adapters.bus.mqtt_wire import SyncPublisher, topic_for
+from delegate.adapters.bus.sqlite import SqliteBus
 from delegate.adapters.fsio import append_line, atomic_write, ensure_private_dir
 from delegate.config.logsetup import get_logger
 from delegate.core import hostproto
 from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import JobState, validate_job_id
-from delegate.core.timefmt import record_timestamp
+from delegate.core.protocol import build_envelope, encode, redact, sign
+from delegate.core.timefmt import parse_timestamp, record_timestamp
 from delegate.services.jobs.submit import SubmitRequest, cancel, submit
 from delegate.services.reconciler import Reconciler
 from delegate.services.remote import mqtt_settings
@@ -56,8 +60,6 @@ def _positive_int(value: Any) -> int | None:
 
 
 def _ms(timestamp: str) -> int:
-    from delegate.core.timefmt import parse_timestamp
-
     return int(parse_timestamp(timestamp).timestamp() * 1000)
 
 
@@ -189,8 +191,6 @@ class HostServer:
     # the broker side
 
     def connect(self) -> None:
-        from delegate.adapters.bus.mqtt import DURABLE_SESSION_S, Connection
-
         prefix = self.settings.prefix
         wanted = [hostproto.topic(prefix, self.name, w) for w in ("assign", "cancel")]
 
@@ -321,8 +321,6 @@ class HostServer:
         `started` that never comes: a signed `error` event, relayed like the job's own would be.
         Signed here, not through `publish`: the local record is already ended, and a job that
         failed this early has said nothing, so the event is its first."""
-        from delegate.core.protocol import build_envelope, encode, redact, sign
-
         try:
             seq = self.state.registry.get(job_id).last_seq + 1
         except DelegateError:
@@ -331,8 +329,6 @@ class HostServer:
         detail = redact(f"host {self.name} could not launch it: {exc}"[:500], secrets=(token,))
         envelope = sign(build_envelope(job_id=job_id, seq=seq, event="error", detail=detail), token)
         try:
-            from delegate.adapters.bus.sqlite import SqliteBus
-
             bus = SqliteBus(self.state.layout.bus_db)  # the relay forwards it to the broker
             try:
                 bus.publish(job_id, encode(envelope), retain=True)
@@ -357,9 +353,6 @@ class HostServer:
     def relay(self) -> None:
         """Forward the events of jobs assigned here from the local bus to the broker, in order,
         each acknowledged locally once the broker acknowledged it; retried while it is away."""
-        from delegate.adapters.bus.mqtt_wire import SyncPublisher, topic_for
-        from delegate.adapters.bus.sqlite import SqliteBus
-
         bus = SqliteBus(self.state.layout.bus_db)
         subscription = bus.subscribe(None, consumer=f"host-relay-{self.name}")
         uplink = _Uplink(

@@ -23,13 +23,14 @@ from typing import Any
 from delegate.adapters.bus import Subscription, open_bus
 from delegate.config.logsetup import get_logger
 from delegate.config.settings import BUS_ENV
-from delegate.core.errors import DelegateError
+from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import EVENT_TARGET_STATE, EventType, Job, JobState
 from delegate.core.policy import HOST_LOST, PolicySettings, SeenEvent, next_deadline_s
 from delegate.core.protocol import Accepted, Receiver
 from delegate.services.jobs.notify import notify, wait_for_notifiers
 from delegate.services.reconciler import Done, Reconciler
-from delegate.services.state import State
+from delegate.services.remote import PresenceWatch, mqtt_settings, refresh_presence
+from delegate.services.state import State, with_own_credentials
 
 log = get_logger(__name__)
 
@@ -76,8 +77,6 @@ class Monitor:
         judged on what the hosts say now (once: the retained presences, then stop)."""
         if getattr(self, "_presence", None) is not None or not any(j.host for j in jobs):
             return
-        from delegate.services.remote import PresenceWatch, mqtt_settings, refresh_presence
-
         if once:
             refresh_presence(self.state)
             return
@@ -115,8 +114,6 @@ class Monitor:
             if url in self._subscriptions:
                 continue
             try:
-                from delegate.services.state import with_own_credentials
-
                 bus = open_bus(
                     with_own_credentials(url, self.state.env.get(BUS_ENV)),
                     env=self.state.env,
@@ -312,8 +309,6 @@ def run_monitor(
 ) -> int:
     """Run the monitor until SIGTERM/SIGINT (exit 0), or one pass with `once`."""
     if interval_s <= 0:
-        from delegate.core.errors import UsageError
-
         raise UsageError("--interval must be a positive number of seconds")
     monitor = Monitor(state, interval_s=interval_s, settings=settings, report=report)
     previous = {sig: signal.signal(sig, monitor.stop) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -19,7 +19,11 @@ from pathlib import Path
 from delegate.adapters.fsio import atomic_write
 from delegate.adapters.terminal import print_json
 from delegate.config import logsetup
+from delegate.core.errors import guarded
 from delegate.services.jobs.launch import READY_BYTE
+from delegate.services.jobs.notify import wait_for_notifiers
+from delegate.services.jobs.submit import supervise
+from delegate.services.state import State
 
 USAGE = "usage: python -m delegate.runtime.supervisor JOB_ID [--ready-fd N]"
 
@@ -50,10 +54,6 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE, file=sys.stderr)
         return 64
     job_id, ready_fd = parsed
-    from delegate.core.errors import guarded
-    from delegate.services.jobs.notify import wait_for_notifiers
-    from delegate.services.jobs.submit import supervise
-    from delegate.services.state import State
 
     def watch_to_the_end() -> int:
         state = State.open()

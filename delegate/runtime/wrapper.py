@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import IO, Any
 
 from delegate.adapters.fsio import path_with
+from delegate.adapters.publish_socket import PublishServer, socket_path
 from delegate.config import logsetup
 from delegate.config.settings import (
     BUS_ENV,
@@ -35,10 +39,12 @@ from delegate.config.settings import (
     process_env,
 )
 from delegate.coord.heartbeats import Beater
-from delegate.core.errors import BusError, DelegateError, PublishRefused, say
+from delegate.core.channels import parser_for
+from delegate.core.errors import BusError, DelegateError, PublishRefused, guarded, say
 from delegate.core.model import EventType
+from delegate.services.jobs import agent_env
 from delegate.services.jobs.finish import AuditLine, end_by_event
-from delegate.services.jobs.publish import publish_event, record_conversation
+from delegate.services.jobs.publish import publish_event, publish_receipt, record_conversation
 from delegate.services.state import State
 
 log = logsetup.get_logger(__name__)
@@ -74,8 +80,6 @@ class AgentIdentity:
     for the publish socket and, for file prompts, a copy of the prompt."""
 
     def __init__(self, entry: Any, job_id: str) -> None:
-        import tempfile
-
         self.entry = entry
         self.uid: int = entry.pw_uid
         self.gid: int = entry.pw_gid
@@ -86,8 +90,6 @@ class AgentIdentity:
     def of(cls, user: object, job_id: str) -> AgentIdentity | None:
         if not user:
             return None
-        import pwd
-
         try:
             entry = pwd.getpwnam(str(user))
         except KeyError:
@@ -103,8 +105,6 @@ class AgentIdentity:
 
     def hand_over_prompt(self, argv: list[str], prompt_path: Path) -> list[str]:
         """A copy of the prompt the agent's user may read, in place of the original path."""
-        import shutil
-
         copy = self.folder / "prompt"
         shutil.copyfile(prompt_path, copy)
         os.chmod(copy, 0o600)
@@ -112,16 +112,12 @@ class AgentIdentity:
         return [part.replace(str(prompt_path), str(copy)) for part in argv]
 
     def clean_up(self) -> None:
-        import shutil
-
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def agent_environment(state: State, job_id: str) -> dict[str, str]:
     """The agent's environment as submit built it (services/jobs/agent_env); for a job submitted
     before there was one, the old way: this process's environment plus the job's variables."""
-    from delegate.services.jobs import agent_env
-
     saved = agent_env.load(state, job_id)
     if saved is not None:
         return saved
@@ -173,8 +169,6 @@ class ChannelListener:
     """Turns the agent's own structured output (its profile's `channel`) into events."""
 
     def __init__(self, state: State, job_id: str, channel: str) -> None:
-        from delegate.core.channels import parser_for
-
         self.state = state
         self.job_id = job_id
         self.parser = parser_for(channel)
@@ -220,8 +214,6 @@ def serve_publishes(state: State, job_id: str, identity: AgentIdentity | None = 
     """Answer the pane's `delegate publish` calls for this job, and this job only (see
     publish_socket). For an agent running as another user the socket lives in a folder of
     theirs, since the job's log folder is closed to them."""
-    from delegate.adapters.publish_socket import PublishServer, socket_path
-    from delegate.services.jobs.publish import publish_receipt
 
     def handle(request: dict[str, Any]) -> dict[str, Any]:
         if request.get("op") == "conversation":  # a hook naming the agent's conversation
@@ -484,8 +476,6 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m delegate.runtime.wrapper JOB_ID", file=sys.stderr)
         return 64
-    from delegate.core.errors import guarded
-
     return guarded(lambda: run(argv[0]))
 
 

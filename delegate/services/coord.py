@@ -17,6 +17,8 @@ from delegate.config.settings import HOME_ENV, JOB_ENV, settings
 from delegate.coord import default_agent
 from delegate.coord.heartbeats import Thresholds
 from delegate.coord.store import CoordStore
+from delegate.core import fastjson as json
+from delegate.core.errors import DelegateError
 
 log = get_logger(__name__)
 
@@ -36,7 +38,7 @@ def open_coord(env: Mapping[str, str] | None = None) -> CoordStore:
 
 def heartbeat_thresholds(env: Mapping[str, str] | None = None) -> Thresholds:
     """`[heartbeat] warn/stale/dead` of delegate.toml, else the defaults."""
-    from delegate.config.profiles import read_config
+    from delegate.config.profiles import read_config  # off the lock fast path but --break-dead
 
     env = settings().env if env is None else env
     config = read_config(state_home(env), env).tables
@@ -59,8 +61,8 @@ def announce(events: list[dict[str, Any]], env: Mapping[str, str] | None = None)
     env = settings().env if env is None else env
     if not events or not env.get(JOB_ENV) or not env.get(HOME_ENV):
         return
-    from delegate.core import fastjson as json
-    from delegate.core.errors import DelegateError
+    # services.jobs.publish (registry, bus): only inside a job; `lock acquire --break-dead`
+    # loads this module without it
     from delegate.services.jobs.publish import publish_own
 
     for event in events:
@@ -76,9 +78,8 @@ def finished_job_agents(agents: list[str], env: Mapping[str, str] | None = None)
     """The agents among `agents` that belong to a job that has ended: a job's wrapper beats
     under the job's id (and an agent in a job is that job unless DELEGATE_AGENT_ID says
     otherwise), so an agent named as a job whose record is terminal is done for good."""
-    from delegate.core.errors import DelegateError
-    from delegate.core.model import validate_job_id
-    from delegate.services.state import State
+    from delegate.core.model import validate_job_id  # off the lock fast path (see announce)
+    from delegate.services.state import State  # registry: off the lock fast path (see announce)
 
     env = settings().env if env is None else env
     candidates = []

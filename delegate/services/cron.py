@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shlex
 import subprocess
@@ -27,8 +28,17 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from delegate.adapters.fsio import FileLock, atomic_write
+from delegate.adapters.tmux import socket_path_for
+from delegate.config.profiles import config_path
 from delegate.config.settings import CONFIG_ENV, HOME_ENV, TMUX_SOCKET_ENV, TMUX_TMPDIR_ENV
 from delegate.core.errors import DelegateError, UsageError
+from delegate.core.model import JobState
+from delegate.core.policy import LaunchJob
+from delegate.services.jobs.jobfile import merge_job_file
+from delegate.services.jobs.launch import launcher_alive, start_detached_supervisor
+from delegate.services.jobs.submit import SubmitRequest, read_prompt, submit, submit_remote
+from delegate.services.reconciler import Reconciler
+from delegate.services.remote import ASSIGNMENT_FILE, save_assignment
 from delegate.services.state import State
 
 MARKER = "# delegate:"
@@ -66,8 +76,6 @@ class Crontab(NamedTuple):
             return self.user
         path = self.file.absolute()
         if path == SYSTEM_CRONTABS[1] or path.parent == SYSTEM_CRONTABS[0]:
-            import pwd
-
             return pwd.getpwuid(os.geteuid()).pw_name
         return None
 
@@ -79,8 +87,6 @@ class Crontab(NamedTuple):
                 " digits, '-' and '_' only"
             )
         if self.user is not None:
-            import pwd
-
             try:
                 pwd.getpwnam(self.user)
             except KeyError:
@@ -198,7 +204,7 @@ def _field_value(field: _Field, word: str, text: str, where: str) -> int | str:
 def _validate_schedule(schedule: str) -> str:
     """The schedule with its spacing normalised, or UsageError naming what is wrong: the field,
     its value and the range it allows."""
-    from croniter import CroniterBadDateError, croniter
+    from croniter import CroniterBadDateError, croniter  # croniter: ~60 ms, only to read a schedule
 
     words = schedule.split()
     normal = " ".join(words)
@@ -220,6 +226,7 @@ def _validate_schedule(schedule: str) -> str:
 
 
 def describe(schedule: str) -> str:
+    # cron_descriptor: ~60 ms, only when a schedule is put in words (`cron list`, `cron add`)
     from cron_descriptor import get_description  # type: ignore[import-untyped]
 
     try:
@@ -230,7 +237,7 @@ def describe(schedule: str) -> str:
 
 def window_of(schedule: str, now: datetime) -> datetime:
     """The latest fire time at or before `now` (UTC)."""
-    from croniter import croniter
+    from croniter import croniter  # croniter: as in _validate_schedule
 
     probe = now + timedelta(seconds=EARLY_TOLERANCE_S)
     fired: datetime = croniter(schedule, probe).get_prev(datetime)
@@ -238,7 +245,7 @@ def window_of(schedule: str, now: datetime) -> datetime:
 
 
 def next_run(schedule: str, now: datetime) -> datetime:
-    from croniter import croniter
+    from croniter import croniter  # croniter: as in _validate_schedule
 
     fire: datetime = croniter(schedule, now).get_next(datetime)
     return fire.astimezone(UTC)
@@ -246,7 +253,7 @@ def next_run(schedule: str, now: datetime) -> datetime:
 
 def windows_between(schedule: str, after: datetime, before: datetime) -> list[datetime]:
     """Fire times strictly after `after` and strictly before `before`."""
-    from croniter import croniter
+    from croniter import croniter  # croniter: as in _validate_schedule
 
     found: list[datetime] = []
     walker = croniter(schedule, after)
@@ -301,8 +308,6 @@ def cron_settings(state: State) -> list[tuple[str, str]]:
     (DELEGATE_HOME, always), the config file (DELEGATE_CONFIG), and where tmux lives
     (DELEGATE_TMUX_SOCKET as the socket's path, TMUX_TMPDIR), so the jobs cron starts land in the
     state dir and on the tmux server the person who added the line looks at."""
-    from delegate.adapters.tmux import socket_path_for
-
     env = state.env
     found = [(HOME_ENV, str(state.layout.home))]
     if env.get(CONFIG_ENV):
@@ -347,8 +352,6 @@ def add(
     schedule = _validate_schedule(schedule)
     job_file = job_file.expanduser().absolute()
     _job_settings(job_file)  # refuse a job file that would fail at 3 a.m.
-    from delegate.config.profiles import config_path
-
     config_path(state.layout.home, state.env)  # and a DELEGATE_CONFIG naming no file
     name = name or job_file.stem
     if _NAME.fullmatch(name) is None:
@@ -528,8 +531,6 @@ JOB_FIELDS = (
 
 
 def _job_settings(path: Path) -> dict[str, Any]:
-    from delegate.services.jobs.jobfile import merge_job_file
-
     try:
         return merge_job_file(path, **dict.fromkeys(JOB_FIELDS))
     except FileNotFoundError:
@@ -539,10 +540,6 @@ def _job_settings(path: Path) -> dict[str, Any]:
 def _submit_window(state: State, entry: dict[str, Any], window: datetime) -> tuple[str, bool, bool]:
     """Submit for `window` with the key NAME-<window>; launch a job of that key that was
     registered but never launched. Returns (job id, created, launched now)."""
-    from delegate.core.model import JobState
-    from delegate.services.jobs.launch import launcher_alive
-    from delegate.services.jobs.submit import SubmitRequest, read_prompt, submit
-
     settings = {
         **_job_settings(Path(entry["job_file"])),
         "idempotency_key": f"{entry['name']}-{_stamp(window)}",
@@ -550,9 +547,6 @@ def _submit_window(state: State, entry: dict[str, Any], window: datetime) -> tup
     prompt = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=None)
     request = SubmitRequest.from_settings(settings, prompt)
     if settings.get("host"):  # an agent host's job: assigned over the broker
-        from delegate.services.jobs.submit import submit_remote
-        from delegate.services.remote import ASSIGNMENT_FILE, save_assignment
-
         result = submit_remote(state, request, settings["host"], wait=False)
         job = result.job
         saved = state.audit.job_dir(job.job_id) / ASSIGNMENT_FILE
@@ -572,17 +566,12 @@ def _submit_window(state: State, entry: dict[str, Any], window: datetime) -> tup
 def _launch_abandoned(state: State, job_id: str) -> bool:
     """A job of this window registered but never launched (its launcher died): launch it once,
     through the same policy the monitor uses (a claim only one process can make)."""
-    from delegate.core.policy import LaunchJob
-    from delegate.services.reconciler import Reconciler
-
     reconciler = Reconciler(state, actor=f"cron:{os.getpid()}")
     done = reconciler.run_pass(
         only_job=job_id, keep=lambda a: isinstance(a, LaunchJob) and a.job_id == job_id
     )
     if not done:
         return False
-    from delegate.services.jobs.launch import start_detached_supervisor
-
     start_detached_supervisor(state, job_id)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and state.registry.get(job_id).status.value == "pending":

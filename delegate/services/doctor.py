@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from delegate.adapters.bus import open_bus
+from delegate.adapters.tmux import Tmux, TmuxError, round_trip, socket_folder_problem, version
+from delegate.config.profiles import max_running_caps, profiles, read_config
 from delegate.config.settings import TMUX_SOCKET_ENV
 from delegate.core.errors import DelegateError
 from delegate.core.model import JobState
@@ -89,8 +91,6 @@ def run_checks(state: State) -> list[Check]:
 def config_check(state: State) -> Check:
     """The config file (DELEGATE_CONFIG, else delegate.toml in the state dir) reads and its
     profiles parse; a missing default file is an empty config."""
-    from delegate.config.profiles import max_running_caps, profiles, read_config
-
     try:
         source, config = read_config(state.layout.home, state.env)
         known = profiles(config, source)
@@ -105,14 +105,6 @@ def config_check(state: State) -> Check:
 def tmux_checks(state: State) -> list[Check]:
     """tmux's version, the folder its socket lives in, and a round trip on a private socket
     (start a server, create and kill a session): what every launch needs."""
-    from delegate.adapters.tmux import (
-        Tmux,
-        TmuxError,
-        round_trip,
-        socket_folder_problem,
-        version,
-    )
-
     try:
         found = version()
     except TmuxError as exc:

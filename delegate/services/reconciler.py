@@ -155,6 +155,8 @@ class Reconciler:
         }
         queued_there: set[str] = set()
         if assigned_at:
+            # services.remote (uuid, platform, the MQTT wire): only with host jobs; the
+            # supervisor's passes over a local job never load it
             from delegate.services.remote import HostBook
 
             book = HostBook(self.state)
@@ -176,7 +178,7 @@ class Reconciler:
         remote = [j for j in jobs.values() if j.host and not j.status.terminal]
         hosts = {}
         if remote:
-            from delegate.services.remote import host_ages
+            from delegate.services.remote import host_ages  # only with host jobs (as above)
 
             hosts = host_ages(self.state, remote, int(self.now().timestamp() * 1000))
         snap = Snapshot(

@@ -20,12 +20,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from delegate.adapters.bus.mqtt import DURABLE_SESSION_S, Connection
+from delegate.adapters.bus.mqtt_wire import SyncPublisher, settings_from
 from delegate.adapters.fsio import atomic_write, ensure_private_dir
 from delegate.config.logsetup import get_logger
+from delegate.coord.leases import iso_ms
 from delegate.core import hostproto
 from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import Job
-from delegate.core.timefmt import record_timestamp
+from delegate.core.timefmt import parse_timestamp, record_timestamp
 from delegate.services.state import State
 
 log = get_logger(__name__)
@@ -109,8 +112,6 @@ class HostBook:
 
 
 def mqtt_settings(state: State, bus_url: str | None = None) -> Any:
-    from delegate.adapters.bus.mqtt_wire import settings_from
-
     url = state.default_bus_url(bus_url)
     if not url.startswith(("mqtt://", "mqtts://")):
         raise UsageError(f"agent hosts are reached through an MQTT broker; this bus is {url}")
@@ -118,8 +119,6 @@ def mqtt_settings(state: State, bus_url: str | None = None) -> Any:
 
 
 def _publish(settings: Any, topic: str, payload: bytes, *, retain: bool = False) -> None:
-    from delegate.adapters.bus.mqtt_wire import SyncPublisher
-
     publisher = SyncPublisher(settings, f"delegate-pub-{uuid.uuid4().hex[:12]}")
     try:
         publisher.publish(topic, payload, retain=retain)
@@ -133,8 +132,6 @@ class PresenceWatch:
     from when it arrived."""
 
     def __init__(self, state: State, settings: Any) -> None:
-        from delegate.adapters.bus.mqtt import DURABLE_SESSION_S, Connection
-
         self.book = HostBook(state)
         self.heard = threading.Event()
         prefix = settings.prefix
@@ -206,7 +203,7 @@ def host_rows(state: State, *, listen_s: float = 1.0) -> list[dict[str, Any]]:
         rows.append(
             {
                 "name": name,
-                "last_seen": _iso_ms(last) if last else None,
+                "last_seen": iso_ms(last) if last else None,
                 "online": bool(seen.get("online")),
                 "running_jobs": running.get(name, 0),
                 "lost_after_s": settings["lost_after_s"],
@@ -224,17 +221,9 @@ def host_jobs(state: State, name: str) -> list[dict[str, Any]]:
     return list(seen.get("jobs") or [])
 
 
-def _iso_ms(ms: int) -> str:
-    from delegate.coord.leases import iso_ms
-
-    return iso_ms(ms)
-
-
 def host_ages(state: State, jobs: list[Job], now_ms: int) -> dict[str, tuple[float, float]]:
     """For each host of `jobs`: seconds since it was last heard (since the oldest of its jobs
     was registered, if never) and its `lost_after`, for the reconcile policy."""
-    from delegate.core.timefmt import parse_timestamp
-
     book = HostBook(state)
     ages: dict[str, tuple[float, float]] = {}
     for job in jobs:

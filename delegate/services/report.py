@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +39,7 @@ class ReportResult(NamedTuple):
 def check_requirements(env: dict[str, str] | None = None) -> None:
     env = settings().env if env is None else env
     try:
+        # pyspark: only tried here, so that a missing one is one clear line (module doc)
         import pyspark  # noqa: F401
     except ImportError:
         raise ReportUnavailable(
@@ -74,8 +76,6 @@ def _coordination_events(state: State) -> list[tuple[Any, ...]]:
     path = state.layout.coord_db
     if not path.exists():
         return []
-    import sqlite3
-
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
         try:
@@ -149,7 +149,7 @@ def run_report(
         store = f"{logs.rstrip('/')}-analytics"
     check_requirements(dict(state.env))
 
-    from delegate.report.figures import spark_session
+    from delegate.report.figures import spark_session  # pyspark: only once Spark can run (above)
 
     log = None if verbose else spark_log(state)
     try:
@@ -159,8 +159,9 @@ def run_report(
     except DelegateError:
         raise
     except Exception as exc:
+        # py4j, pyspark: only to tell Spark's own failures from ours, once Spark ran
         from py4j.protocol import Py4JError  # type: ignore[import-untyped]
-        from pyspark.errors import PySparkException
+        from pyspark.errors import PySparkException  # pyspark: as above
 
         if isinstance(exc, PySparkException | Py4JError):
             raise _spark_failed(exc, log) from exc
@@ -179,9 +180,12 @@ def _run(
     fmt: str,
     compact: bool,
 ) -> ReportResult:
+    # delegate.report imports pyspark: only once Spark can run (see run_report)
     from delegate.report import compact as compaction
+
+    # pyspark: as above
     from delegate.report.figures import collect, compute_frames, read_ndjson, read_status
-    from delegate.report.output import write
+    from delegate.report.output import write  # pyspark (through report.figures): as above
 
     generated_at = datetime.now(UTC)
     compacted = compaction.compact(spark, logs, store) if compact else None
@@ -197,7 +201,7 @@ def _run(
     frames = compute_frames(lines, status, since=since_day)
     coordination = _coordination_events(state) if own else []
     if coordination:
-        from delegate.report.figures import resource_frame
+        from delegate.report.figures import resource_frame  # pyspark: see run_report
 
         frames["resources"] = resource_frame(spark, coordination)
     report = collect(frames, malformed=malformed)

@@ -25,6 +25,7 @@ from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import Job, JobState, Session, SessionState
 from delegate.services.jobs.finish import SessionMove, end_job
 from delegate.services.jobs.launch import inventory, tmux_for
+from delegate.services.jobs.submit import SubmitRequest, submit
 from delegate.services.state import State
 
 STOP_MODES = ("graceful", "soft", "hard")
@@ -224,8 +225,6 @@ def resume(
     """A new job in session `name` (stopped), continuing the agent's conversation where its
     profile can (`resume = [...]` with `{conversation_id}`), else afresh; returns the submit
     result and a sentence saying which."""
-    from delegate.services.jobs.submit import SubmitRequest, submit
-
     row = _row(state, name)
     if row.state is not SessionState.STOPPED:
         raise SessionError(f"session {name} is {row.state.value}; only a stopped one resumes")

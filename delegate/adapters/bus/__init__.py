@@ -31,16 +31,16 @@ def open_bus(url: str, env: Mapping[str, str] | None = None) -> Bus:
     """Open the transport named by `url`; raise BusError for an unknown or broken URL."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "sqlite":
+        # sqlite3, hashlib: only when a bus is opened (`ps --json` loads this package, no bus)
         from delegate.adapters.bus.sqlite import SqliteBus
 
         return SqliteBus.from_url(url)
     if scheme in ("mqtt", "mqtts"):
-        import importlib
-
         try:
-            transport = importlib.import_module(".mqtt", __package__)
+            # socket, urllib and the MQTT wire code: only for a broker's URL
+            from delegate.adapters.bus.mqtt import MqttBus
         except ImportError as exc:
             raise BusError(f"the MQTT transport is not available: {exc}") from None
-        bus: Bus = transport.MqttBus.from_url(url, env=env)
+        bus: Bus = MqttBus.from_url(url, env=env)
         return bus
     raise BusError(f"unsupported bus URL {url!r}; use sqlite:///path or mqtt(s)://host:port")

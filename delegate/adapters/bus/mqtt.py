@@ -52,8 +52,8 @@ def _client_suffix() -> str:
 
 
 def _session_props(expiry_s: int) -> Any:
-    from paho.mqtt.packettypes import PacketTypes
-    from paho.mqtt.properties import Properties
+    from paho.mqtt.packettypes import PacketTypes  # paho: subscribers only (module doc)
+    from paho.mqtt.properties import Properties  # paho: subscribers only
 
     props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
     props.SessionExpiryInterval = expiry_s
@@ -61,8 +61,8 @@ def _session_props(expiry_s: int) -> Any:
 
 
 def _new_client(settings: MqttSettings, client_id: str) -> Any:
-    import paho.mqtt.client as mqtt
-    from paho.mqtt.enums import CallbackAPIVersion
+    import paho.mqtt.client as mqtt  # paho: subscribers only; a publish never loads it
+    from paho.mqtt.enums import CallbackAPIVersion  # paho: subscribers only
 
     client = mqtt.Client(
         CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5, manual_ack=True
@@ -91,7 +91,7 @@ class Connection:
         on_subscribe: Any = None,
         will: tuple[str, bytes] | None = None,
     ) -> None:
-        import threading
+        import threading  # threading: a subscriber's; an MQTT publish loads this module without it
 
         self.settings = settings
         self.connected = threading.Event()
@@ -243,8 +243,8 @@ class MqttSubscription:
         # live_only: MQTT 5 retain handling 2, the broker sends no retained message when we
         # (re)subscribe; a monitor must not get one outcome per past job on every reconnect.
         retain_handling = 2 if live_only else 0
-        import queue
-        import threading
+        import queue  # queue, threading: a subscriber's; a publish loads this module without them
+        import threading  # as queue
 
         self.durable = consumer is not None
         self._queue: queue.Queue[Any] = queue.Queue()
@@ -254,7 +254,7 @@ class MqttSubscription:
         self._closed = False
 
         def resubscribe(client: Any) -> None:
-            from paho.mqtt.subscribeoptions import SubscribeOptions
+            from paho.mqtt.subscribeoptions import SubscribeOptions  # paho: subscribers only
 
             # Every (re)connection subscribes again; with a resumed session it changes nothing.
             client.subscribe(
@@ -317,8 +317,8 @@ class MqttSubscription:
         self._closed = True
         props = None
         if not self.durable:  # nobody will resume this session: let the broker drop it now
-            from paho.mqtt.packettypes import PacketTypes
-            from paho.mqtt.properties import Properties
+            from paho.mqtt.packettypes import PacketTypes  # paho: subscribers only
+            from paho.mqtt.properties import Properties  # paho: subscribers only
 
             props = Properties(PacketTypes.DISCONNECT)  # type: ignore[no-untyped-call]
             props.SessionExpiryInterval = 0

@@ -152,6 +152,7 @@ def claim_and_launch(
         return None
     try:
         if job.host is not None:
+            # services.remote (uuid, platform, the MQTT wire): a local job's path goes without
             from delegate.services.remote import assign
 
             assign(state, job)  # its submit died before sending it; the host takes an id once

@@ -150,6 +150,8 @@ def publish_own(event: str, detail: str, data: str) -> None:
 def hook_request(request: dict[str, object]) -> None:
     path = settings().publish_socket
     if path:
+        # publish_socket: only inside a pane, where the wrapper listens; a publish from
+        # elsewhere loads nothing it does not use
         from delegate.adapters.publish_socket import request as ask
 
         answer = ask(path, request)

@@ -9,7 +9,9 @@ decide, and the exit status is read from the record.
 
 from __future__ import annotations
 
+import json
 import os
+import pwd
 import shlex
 import shutil
 from collections.abc import Callable, Mapping
@@ -19,6 +21,7 @@ from typing import Any, NamedTuple
 from delegate.adapters.fsio import atomic_write
 from delegate.adapters.tmux import Tmux, TmuxUnreachable, validate_session_name
 from delegate.config.profiles import Profile, read_config, resolve
+from delegate.core import hostproto
 from delegate.core.errors import (
     DelegateError,
     IllegalTransition,
@@ -118,8 +121,6 @@ HOOK_EVENTS = ("PermissionRequest", "Notification", "Stop", "SessionStart")
 def claude_settings() -> bytes:
     """This job's Claude Code settings (passed with --settings; the user's own are never
     edited): every hook we listen to calls this installation's `delegate hook`."""
-    import json
-
     hook = str(Path(agent_env.toolkit_bin()) / "delegate") + " hook"
     entry = [{"matcher": "", "hooks": [{"type": "command", "command": hook}]}]
     return json.dumps({"hooks": {name: entry for name in HOOK_EVENTS}}, indent=2).encode()
@@ -129,8 +130,6 @@ def check_run_as(user: str | None) -> None:
     """`run_as`: the user must exist, and only root may start a process as someone else."""
     if user is None:
         return
-    import pwd
-
     try:
         entry = pwd.getpwnam(user)
     except KeyError:
@@ -236,7 +235,7 @@ def submit_remote(
     """`submit --host NAME`: register here (the single source of truth) with the token derived
     from the host key, start following the job, then publish its signed assignment. The host
     resolves the profile and launches it in its own tmux."""
-    from delegate.core import hostproto
+    # services.remote (uuid, platform, the MQTT wire): a local job's path goes without
     from delegate.services.remote import HostBook, assign, mqtt_settings, save_assignment
 
     if request.agent is None and request.cmd is None:
@@ -458,7 +457,7 @@ def cancel(state: State, job_id: str, *, tmux: Tmux | None = None) -> CancelResu
     if not ending.changed:  # it had ended: a cancel cannot undo how
         raise IllegalTransition(job_id, job.status.value, JobState.CANCELLED.value)
     if job.host:  # on an agent host: that host kills the agent and its process tree
-        from delegate.services.remote import cancel_remote
+        from delegate.services.remote import cancel_remote  # only for a job on an agent host
 
         try:
             cancel_remote(state, job)

@@ -31,7 +31,9 @@ from delegate.core.policy import LaunchJob, SetSession, next_deadline_s
 from delegate.core.protocol import Accepted, Receiver, Rejected
 from delegate.core.timefmt import human_duration
 from delegate.services.jobs.finish import end_by_event
+from delegate.services.jobs.launch import inventory
 from delegate.services.jobs.notify import notify
+from delegate.services.reconciler import Reconciler
 from delegate.services.state import State
 
 log = get_logger(__name__)
@@ -114,6 +116,7 @@ class Watcher:
         # A job on an agent host: whether that host is still heard from decides `host_lost`.
         self._presence: Any = None
         if supervise and self.job.host and not self.job.status.terminal:
+            # services.remote (uuid, platform, the MQTT wire): a local job's path goes without
             from delegate.services.remote import PresenceWatch, mqtt_settings
 
             try:
@@ -184,8 +187,6 @@ class Watcher:
 
     def reconciler(self) -> Any:
         if self._reconciler is None:
-            from delegate.services.reconciler import Reconciler
-
             self._reconciler = Reconciler(self.state, actor=f"supervisor:{os.getpid()}")
         return self._reconciler
 
@@ -194,8 +195,6 @@ class Watcher:
         if self._pane_gone:
             return False
         if self._pidfd is None and job.session and job.status is not JobState.QUEUED:
-            from delegate.services.jobs.launch import inventory
-
             row = inventory(self.state).get(job.session)
             if row is not None and row.job_id == self.job_id and row.pane_pid:
                 try:
@@ -273,8 +272,6 @@ class Watcher:
     def _session_still_running(self, job: Job) -> bool:
         if not job.session:
             return False
-        from delegate.services.jobs.launch import inventory
-
         row = inventory(self.state).get(job.session)
         return row is not None and row.job_id == self.job_id and row.state is SessionState.RUNNING
 
@@ -365,7 +362,7 @@ class Watcher:
             return
         if not presence.heard.is_set() and waited_s < 2.0:
             return
-        from delegate.services.remote import HostBook
+        from delegate.services.remote import HostBook  # a host's job only (see __init__)
 
         book = HostBook(self.state)
         seen = book.presence(job.host or "") or {}
