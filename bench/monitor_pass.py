@@ -30,8 +30,8 @@ def live_jobs(home, socket: str, count: int) -> None:
     from pathlib import Path
 
     from delegate.adapters.tmux import Tmux
+    from delegate.core.caps import Caps, may_start
     from delegate.core.model import EventType
-    from delegate.core.policy import Caps, may_start
     from delegate.services.jobs.launch import inventory
     from delegate.services.state import State
 

@@ -174,7 +174,7 @@ def test_ten_runs_at_once_make_one_job(home: Path, tmux_env, tmp_path: Path):
 
 
 def test_a_windows_never_launched_job_is_launched_once(home: Path, tmux_env, tmp_path: Path):
-    from delegate.core.policy import Caps, may_start
+    from delegate.core.caps import Caps, may_start
 
     path = job_file(tmp_path)
     state = State.open(env={"DELEGATE_HOME": str(home), **tmux_env})

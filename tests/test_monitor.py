@@ -226,7 +226,7 @@ def test_a_simulated_reboot_leaves_nothing_open(home: Path, tmux_env, tmp_path: 
     assert state.registry.get(waiting).status is JobState.QUEUED
     # a job registered and admitted whose launcher died before tmux started it
     from delegate.adapters.tmux import socket_path_for
-    from delegate.core.policy import Caps, may_start
+    from delegate.core.caps import Caps, may_start
 
     orphaned, _ = state.registry.register(agent="shell", workdir=str(tmp_path), session="dlg-late")
     prompt = tmp_path / "late.sh"
@@ -442,7 +442,7 @@ def _registered_with_dead_launcher(
     state: State, tmux_env, tmp_path: Path, session: str, script: str
 ):
     from delegate.adapters.tmux import socket_path_for
-    from delegate.core.policy import Caps, may_start
+    from delegate.core.caps import Caps, may_start
 
     job, _ = state.registry.register(agent="shell", workdir=str(tmp_path), session=session)
     prompt = tmp_path / f"{job.job_id}.sh"
@@ -496,7 +496,7 @@ def test_taking_over_a_launch_never_restarts_the_job_already_running(
     home: Path, tmux_env, tmp_path: Path
 ):
     """Even a takeover decided on stale facts finds the job in its pane and leaves it be."""
-    from delegate.core.policy import Caps
+    from delegate.core.caps import Caps
     from delegate.services.jobs.launch import claim_and_launch, launch_in_tmux, tmux_for
 
     state = State.open(env={**tmux_env, "DELEGATE_HOME": str(home)})

@@ -293,7 +293,7 @@ def test_broker_stopped_before_the_agent_ends(home: Path, tmux_env, tmp_path: Pa
 
 
 def test_a_started_the_bus_refused_does_not_strand_the_job(home: Path, tmp_path: Path):
-    from delegate.core.policy import Caps, may_start
+    from delegate.core.caps import Caps, may_start
 
     url = f"mqtt://127.0.0.1:{free_port()}"  # nothing listens there
     state = State.open(env={"DELEGATE_HOME": str(home)})

@@ -34,14 +34,12 @@ import os
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 from delegate.config.settings import CONFIG_ENV, settings
 from delegate.config.tomlfile import read_toml
+from delegate.core.caps import Caps
 from delegate.core.errors import ConfigError, UsageError
-
-if TYPE_CHECKING:
-    from delegate.core.policy import Caps
 
 CONFIG_FILE = "delegate.toml"  # in the state directory, unless DELEGATE_CONFIG names another
 PROMPT_MODES = ("stdin", "file")
@@ -301,10 +299,6 @@ def _cap(value: object, where: str) -> int | None:
 
 def max_running_caps(config: Mapping[str, Any]) -> Caps:
     """The concurrency caps of delegate.toml: `max_running` at the top and per profile."""
-    # core.policy (dataclasses, inspect: ~20 modules): `lock acquire --break-dead` reads
-    # delegate.toml through this module and must not pay for the reconcile policy
-    from delegate.core.policy import Caps
-
     per_agent = {}
     tables = config.get("profiles", {})
     if isinstance(tables, dict):

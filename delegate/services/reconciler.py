@@ -19,12 +19,12 @@ from typing import Any
 from delegate.adapters.tmux import Tmux, settle, socket_path_for
 from delegate.config.logsetup import get_logger
 from delegate.config.settings import TMUX_SOCKET_ENV
+from delegate.core.caps import Caps
 from delegate.core.errors import DelegateError
 from delegate.core.model import EventType, Job, JobState, Pane, Session, SessionState, TmuxView
 from delegate.core.policy import (
     Action,
     ApplyEvent,
-    Caps,
     FailJob,
     KillSession,
     LaunchJob,

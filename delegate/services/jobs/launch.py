@@ -19,9 +19,9 @@ from delegate.adapters.sessions_db import SessionError, SessionInventory
 from delegate.adapters.tmux import Tmux, process_start, processes_of_job, terminate
 from delegate.config.profiles import max_running_caps, read_config
 from delegate.config.settings import HOME_ENV, JOB_ENV, TMUX_SOCKET_ENV
+from delegate.core.caps import Caps, busy_sessions, may_start
 from delegate.core.errors import DelegateError
 from delegate.core.model import Job, JobState, SessionState
-from delegate.core.policy import Caps, busy_sessions, may_start
 from delegate.services.jobs.finish import end_job
 from delegate.services.state import State
 
