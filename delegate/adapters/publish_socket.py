@@ -20,7 +20,9 @@ from __future__ import annotations
 import os
 import time
 
+from delegate.config.settings import settings
 from delegate.core import fastjson as json  # the client's hot path: no `re` behind `json`
+from delegate.core.errors import DelegateError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the client side must stay light: typing, pathlib, tempfile load lazily
@@ -134,6 +136,20 @@ class PublishServer:
             self._sock.close()
         finally:
             self.path.unlink(missing_ok=True)
+
+
+def through_wrapper(payload: dict[str, Any]) -> bool:
+    """Hand `payload` to this pane's wrapper: True when it took it, False when no wrapper
+    listens (outside a pane, or the wrapper is gone), so the caller records it itself."""
+    path = settings().publish_socket
+    if not path:
+        return False
+    answer = request(path, payload)
+    if answer is None:
+        return False
+    if not answer.get("ok"):
+        raise DelegateError(str(answer.get("message", "the wrapper refused")))
+    return True
 
 
 def request(

@@ -92,6 +92,19 @@ def main_publish(argv: list[str]) -> int:
         return exc.exit_code
 
 
+def _hook_request(request: dict[str, object]) -> None:
+    """Through the pane's wrapper, which records it (the hook's usual case, and the fast one);
+    only without a wrapper does the hook load the whole publish path to record it itself."""
+    # publish_socket: only a hook (or publish) inside a pane talks to its wrapper
+    from delegate.adapters.publish_socket import through_wrapper
+
+    if not through_wrapper(request):
+        # the registry, the audit log and the bus: only when no wrapper took the request
+        from delegate.services.jobs.publish import record_request
+
+        record_request(request)
+
+
 def main_hook(argv: list[str]) -> int:
     """`delegate hook`: a Claude Code hook call (its JSON on stdin) turned into this job's
     events, through the pane's wrapper when there is one. It never blocks the agent: whatever
@@ -106,7 +119,6 @@ def main_hook(argv: list[str]) -> int:
         if not isinstance(payload, dict):
             raise UsageError("the hook input is not a JSON object of at most 1 MiB")
         from delegate.core.channels import hook_events  # the hook's, not publish's
-        from delegate.services.jobs.publish import hook_request as _hook_request  # as channels
 
         for item in hook_events(payload):
             if item.conversation_id:

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from delegate.adapters import audit
+from delegate.adapters.publish_socket import through_wrapper
 from delegate.config.logsetup import get_logger
 from delegate.config.settings import JOB_ENV, settings
 from delegate.core.errors import BusError, DelegateError, PublishRefused, UsageError
@@ -148,17 +149,14 @@ def publish_own(event: str, detail: str, data: str) -> None:
 
 
 def hook_request(request: dict[str, object]) -> None:
-    path = settings().publish_socket
-    if path:
-        # publish_socket: only inside a pane, where the wrapper listens; a publish from
-        # elsewhere loads nothing it does not use
-        from delegate.adapters.publish_socket import request as ask
+    """A hook's or coordination's request: through the pane's wrapper when one listens, else
+    recorded here."""
+    if not through_wrapper(request):
+        record_request(request)
 
-        answer = ask(path, request)
-        if answer is not None:
-            if not answer.get("ok"):
-                raise DelegateError(str(answer.get("message", "the wrapper refused")))
-            return
+
+def record_request(request: dict[str, object]) -> None:
+    """What `hook_request` does when no wrapper took it: open the state and publish."""
     state = State.open()
     if request.get("op") == "conversation":
         job_id = settings().job_id or ""
