@@ -29,7 +29,7 @@ from .helpers import (
 )
 from .pty_run import run_in_pty
 from .test_monitor import open_state as _state
-from .test_monitor import submit_no_wait, wait_running
+from .test_monitor import submit_no_wait, supervisor_pid, wait_running
 
 
 def _server_pid(socket: str) -> int:
@@ -146,6 +146,10 @@ def test_a_refused_busy_session_submit_records_nothing(home: Path, tmux_env, tmp
     job_id = submit_no_wait(home, tmux_env, tmp_path, "sleep 30", "--session", "busy")
     wait_running(home, job_id)
     retry_until((home / "logs" / job_id / "agent.log").exists)  # the running job settled
+    # and its supervisor too: on the SQLite bus submit returns before it subscribes, and it
+    # then prints the `started` it catches up on
+    supervisor_pid(home, job_id)
+    retry_until(lambda: (home / "logs" / job_id / "subscriber.out").read_text().strip())
     before = _snapshot(home)
     listed = run_cli(home, "ps", "--all", "--json", env=tmux_env)
     refused = submit_shell(home, tmux_env, tmp_path, "echo no", "--session", "busy", "--no-wait")
