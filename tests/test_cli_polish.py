@@ -161,14 +161,31 @@ sys.exit(code)
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["jobs", "--json"], ["delegate.cli.app", "delegate.cli.lazy"]),
+        (["jobs", "--json"], ["delegate.cli.app", "delegate.cli.common", "delegate.cli.lazy"]),
         (
             ["lock", "list", "--json"],
-            ["delegate.cli.app", "delegate.cli.coord", "delegate.cli.lazy"],
+            ["delegate.cli.app", "delegate.cli.common", "delegate.cli.coord", "delegate.cli.lazy"],
         ),
         (
             ["host", "list", "--json"],
-            ["delegate.cli.app", "delegate.cli.hosts", "delegate.cli.lazy"],
+            ["delegate.cli.app", "delegate.cli.common", "delegate.cli.hosts", "delegate.cli.lazy"],
+        ),
+        (
+            ["session", "list", "--json"],
+            [
+                "delegate.cli.app",
+                "delegate.cli.common",
+                "delegate.cli.lazy",
+                "delegate.cli.session",
+            ],
+        ),
+        (
+            ["cron", "list", "--json"],
+            ["delegate.cli.app", "delegate.cli.common", "delegate.cli.cron", "delegate.cli.lazy"],
+        ),
+        (
+            ["doctor", "--help"],
+            ["delegate.cli.app", "delegate.cli.common", "delegate.cli.lazy", "delegate.cli.upkeep"],
         ),
     ],
 )

@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 
 from delegate.adapters.terminal import Column, print_listing
 from delegate.adapters.terminal import print_json as _print_json
+from delegate.cli.common import JsonOpt
 from delegate.coord.blackboard import delete, entries, parse_value, read, render, write
 from delegate.coord.board import Thresholds as BoardThresholds
 from delegate.coord.board import load, open_board, post, resolve
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
     from delegate.coord.heartbeats import Thresholds
     from delegate.coord.store import CoordStore
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 OwnerOpt = Annotated[
     str | None,
     typer.Option("--owner", help="Who holds it (default: $DELEGATE_AGENT_ID, else the job id)."),

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from delegate.adapters.terminal import print_listing
+from delegate.cli.common import JsonOpt
 from delegate.core import hostproto
 from delegate.core.errors import UsageError
 from delegate.core.timefmt import human_timeout, local_time
@@ -57,7 +58,7 @@ def host_remove(
 
 @host_app.command("list")
 def host_list(
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+    as_json: JsonOpt = False,
 ) -> int:
     """Each host: last seen, online, running jobs (never its key).
 
