@@ -17,7 +17,6 @@ import dataclasses
 import hashlib
 import json
 import random
-from datetime import UTC, datetime, timedelta
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -53,18 +52,14 @@ from delegate.core.policy import (
     session_row_actions,
     unreachable_servers,
 )
-from delegate.core.timefmt import record_timestamp
 
-NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
+from .test_reconcile import LAUNCH, NOW, at
+from .test_reconcile import job as reconcile_job
+
 SOCKETS = ("/tmp/tmux-0/a", "/tmp/tmux-0/b", "/tmp/tmux-0/c")
-LAUNCH = {"argv": ["true"], "prompt": "stdin", "prompt_path": ""}
 GOLDEN = Path(__file__).resolve().parent / "data" / "policy_golden.json"
 GOLDEN_WORLDS = 3000
 EVENT_NAMES = ("started", "progress", "permission_required", "completed", "error")
-
-
-def at(seconds_ago: float) -> str:
-    return record_timestamp(NOW - timedelta(seconds=seconds_ago))
 
 
 # --- seeded random worlds --------------------------------------------------------------------
@@ -236,22 +231,8 @@ SOCK = SOCKETS[0]
 
 
 def job(job_id: str = "0000000a", status: JobState = JobState.RUNNING, **kw: Any) -> Job:
-    values: dict[str, Any] = {
-        "job_id": job_id,
-        "status": status,
-        "created_at": at(100),
-        "updated_at": at(100),
-        "auth_token": "t",
-        "agent": "shell",
-        "session": f"dlg-{job_id}",
-        "tmux_socket": SOCK,
-        "launch": LAUNCH,
-        "started_at": at(50) if status is JobState.RUNNING else None,
-        "wall_timeout_s": 3600.0,
-        "idle_timeout_s": 600.0,
-    }
-    values.update(kw)
-    return Job(**values)
+    """test_reconcile's job, on this file's first socket unless told otherwise."""
+    return reconcile_job(job_id, status, **{"tmux_socket": SOCK, **kw})
 
 
 def row(j: Job, state: SessionState = SessionState.RUNNING, **kw: Any) -> Session:

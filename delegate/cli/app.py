@@ -39,6 +39,7 @@ from delegate.cli.common import (
     WallTimeoutOpt,
     event_printer,
     open_state,
+    print_job,
     print_submitted,
     say_outcome,
 )
@@ -107,10 +108,7 @@ def register(
         idle_timeout_s=idle_timeout,
         idempotency_key=idempotency_key,
     )
-    if as_json:
-        print_json(job.public_dict())
-    else:
-        print(job.job_id)
+    print_job(job, as_json)
     return 0
 
 
@@ -324,10 +322,7 @@ def pick(
     if job is None:
         say("no pending job")
         return 1
-    if as_json:
-        print_json(job.public_dict())
-    else:
-        print(job.job_id)
+    print_job(job, as_json)
     return 0
 
 

@@ -10,6 +10,7 @@ import typer
 
 from delegate.adapters.terminal import print_json, terminal_width, wants_json
 from delegate.core.eventlines import event_line, outcome_line
+from delegate.core.model import Job
 from delegate.services.jobs.register import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_WALL_TIMEOUT_S
 from delegate.services.state import State
 
@@ -87,3 +88,11 @@ def print_submitted(result: Any, as_json: bool) -> int:
     else:
         print(result.job.job_id)
     return 0
+
+
+def print_job(job: Job, as_json: bool) -> None:
+    """A job just registered or picked: its public record as JSON, else its id alone."""
+    if as_json:
+        print_json(job.public_dict())
+    else:
+        print(job.job_id)
