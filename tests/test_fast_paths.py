@@ -155,3 +155,32 @@ def test_ps_json_fast_path_says_what_the_typer_path_says(home: Path, tmux_env, t
         assert code == slow.returncode == 64, bad
         assert "typer" in loaded  # left to typer, which says what is wrong
     run_cli(home, "cancel", running, env=tmux_env)
+
+
+def test_the_default_state_dir_is_platformdirs_xdg_one_without_importing_it(
+    tmp_path: Path, monkeypatch
+):
+    from platformdirs import user_state_dir
+
+    from delegate.config.layout import state_home
+
+    monkeypatch.setenv("HOME", str(tmp_path / "h"))
+    for xdg in ("", str(tmp_path / "xdg")):
+        monkeypatch.setenv("XDG_STATE_HOME", xdg)
+        env = {"XDG_STATE_HOME": xdg} if xdg else {}
+        assert state_home(env) == Path(user_state_dir("delegate"))
+    # a fresh `ps --json` without DELEGATE_HOME: the XDG folder, and no platformdirs loaded
+    env = {k: v for k, v in cli_env(tmp_path).items() if k != "DELEGATE_HOME"}
+    env.update(HOME=str(tmp_path / "fresh"), XDG_STATE_HOME="")
+    probe = PROBE.replace(f"set({HEAVY!r})", "{'platformdirs'}")
+    assert probe != PROBE
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "ps", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "LOADED []"
+    assert (tmp_path / "fresh" / ".local" / "state" / "delegate" / "jobs").is_dir()

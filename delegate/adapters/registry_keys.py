@@ -7,7 +7,6 @@ Here alone, with nothing heavier than hashlib, so that the registry and the type
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 KEYS_DIR = "keys"
@@ -15,6 +14,8 @@ KEYS_DIR = "keys"
 
 def key_path(registry_root: str | os.PathLike[str], idempotency_key: str) -> str:
     """The file of `idempotency_key` under the registry folder `registry_root`."""
+    import hashlib  # OpenSSL's _hashlib (~4 ms): only when a key is looked up, not per import
+
     digest = hashlib.sha256(idempotency_key.encode("utf-8")).hexdigest()
     return os.path.join(registry_root, KEYS_DIR, digest)
 

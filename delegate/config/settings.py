@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 HOME_ENV = "DELEGATE_HOME"
+XDG_STATE_ENV = "XDG_STATE_HOME"
 BUS_ENV = "DELEGATE_BUS"
 CONFIG_ENV = "DELEGATE_CONFIG"
 JOB_ENV = "DELEGATE_JOB_ID"
@@ -60,7 +61,12 @@ class EnvVar:
 
 
 ENV_VARS = (
-    EnvVar(HOME_ENV, "the platform's user state dir for `delegate`", "state directory (mode 0700)"),
+    EnvVar(
+        HOME_ENV,
+        "`$XDG_STATE_HOME/delegate` on Linux, the platform's user state dir elsewhere",
+        "state directory (mode 0700)",
+    ),
+    EnvVar(XDG_STATE_ENV, "`~/.local/state`", "on Linux, the folder the state dir is made in"),
     EnvVar(
         BUS_ENV, "`sqlite://$DELEGATE_HOME/bus.db`", "bus URL, recorded in each job at registration"
     ),

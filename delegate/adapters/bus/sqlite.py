@@ -10,7 +10,6 @@ at a millisecond or two while messages flow and relaxes to 25 ms when the bus is
 from __future__ import annotations
 
 import _thread
-import hashlib
 import os
 import sqlite3
 import time
@@ -107,6 +106,8 @@ class SqliteBus:
             raise BusError(f"the SQLite bus did not take the message: {exc}") from None
 
     def _store_blob(self, payload: bytes) -> str:
+        import hashlib  # OpenSSL's _hashlib (~4 ms): only for a payload stored as a blob
+
         ref = "sha256-" + hashlib.sha256(payload).hexdigest()
         ensure_private_dir(self.blob_dir)
         target = self.blob_dir / ref
