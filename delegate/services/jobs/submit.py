@@ -7,7 +7,8 @@ decided here: its events, `cancel` and the reconcile policy (through the supervi
 decide, and the exit status is read from the record.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typing.NamedTuple would compile each string
+# annotation into a ForwardRef at import (milliseconds of every fast path).
 
 import json
 import os
@@ -70,7 +71,7 @@ class SubmitRequest(NamedTuple):
     token_for: Callable[[str], str] | None = None
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, Any], prompt: bytes) -> SubmitRequest:
+    def from_settings(cls, settings: Mapping[str, Any], prompt: bytes) -> "SubmitRequest":
         """The request a merged job file and flags describe (services/jobs/jobfile)."""
         return cls(
             prompt=prompt,
