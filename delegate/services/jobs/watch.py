@@ -27,7 +27,7 @@ from delegate.adapters.fsio import atomic_write
 from delegate.config.logsetup import get_logger
 from delegate.core.errors import WaitInterrupted
 from delegate.core.model import EventType, Job, JobState, SessionState
-from delegate.core.policy import LaunchJob, SetSession, next_deadline_s
+from delegate.core.policy import LaunchJob, SeenAgain, SetSession, SkipSocket, next_deadline_s
 from delegate.core.protocol import Accepted, Receiver, Rejected
 from delegate.core.timefmt import human_duration
 from delegate.services.jobs.finish import end_by_event
@@ -239,10 +239,15 @@ class Watcher:
                 os.close(self._pidfd)
                 self._pidfd = None
                 state["tmux"] = now + 0.5  # look again soon: the pane may not show dead yet
+        # and whether its server could be seen: a tmux out of sight starts an episode that,
+        # past its grace, ends the job `lost` even when no monitor runs
         self.reconciler().run_pass(
             sockets=sockets,
             only_job=own,
-            keep=lambda a: a.job_id == own and not isinstance(a, LaunchJob),
+            keep=lambda a: (
+                (a.job_id == own and not isinstance(a, LaunchJob))
+                or isinstance(a, (SkipSocket, SeenAgain))
+            ),
         )
 
     def after_end(self) -> None:
