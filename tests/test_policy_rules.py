@@ -427,6 +427,12 @@ def test_jobs_on_a_socket_are_the_open_tmux_jobs_placed_there():
     snap = world([a, b, ended], [], [row(a), row(b, socket="/s/other")])
     assert jobs_on_socket(snap, PolicySettings(), SOCK) == [a.job_id]
     assert jobs_on_socket(snap, PolicySettings(), "/s/other") == [b.job_id]
+    assert jobs_on_socket(snap, PolicySettings(), SOCK, ended_too=True) == [a.job_id]
+    with_row = world([a, ended], [], [row(a), row(ended)])
+    assert jobs_on_socket(with_row, PolicySettings(), SOCK, ended_too=True) == [
+        a.job_id,
+        ended.job_id,
+    ]
 
 
 def test_a_job_whose_server_was_not_asked_is_judged_by_the_record():

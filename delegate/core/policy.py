@@ -381,16 +381,22 @@ def unreachable_servers(snap: Snapshot) -> list[Action]:
     return actions
 
 
-def jobs_on_socket(snap: Snapshot, settings: PolicySettings, socket: str) -> list[str]:
+def jobs_on_socket(
+    snap: Snapshot, settings: PolicySettings, socket: str, *, ended_too: bool = False
+) -> list[str]:
     """The open jobs in tmux whose session lives on `socket`, oldest first: those a server
-    there that cannot be asked leaves unseen."""
+    there that cannot be asked leaves unseen (`ended_too`: and the ended ones whose session
+    row is still live there, such as a job ended `lost` meanwhile)."""
     facts = Facts.of(snap, settings)
-    return [
-        j.job_id
-        for j in sorted(facts.jobs.values(), key=_by_age)
-        if not j.status.terminal and j.session and j.host is None
-        if facts.placement(j).socket == socket
-    ]
+    found = []
+    for j in sorted(facts.jobs.values(), key=_by_age):
+        if not j.session or j.host is not None:
+            continue
+        placed = facts.placement(j)
+        wanted = not j.status.terminal or (ended_too and placed.row is not None)
+        if wanted and placed.socket == socket:
+            found.append(j.job_id)
+    return found
 
 
 # rule 2: accepted events ---------------------------------------------------------------------

@@ -341,9 +341,11 @@ class Reconciler:
             return self._seen_again(action)
         raise AssertionError(f"unknown action {action!r}")
 
-    def _jobs_on(self, socket: str) -> list[str]:
+    def _jobs_on(self, socket: str, *, ended_too: bool = False) -> list[str]:
         snap = self.last_snapshot
-        return [] if snap is None else jobs_on_socket(snap, self.settings, socket)
+        if snap is None:
+            return []
+        return jobs_on_socket(snap, self.settings, socket, ended_too=ended_too)
 
     def _audit_jobs(self, done: Done, kind: str, job_ids: Sequence[str]) -> None:
         for job_id in job_ids:
@@ -369,7 +371,7 @@ class Reconciler:
     def _seen_again(self, action: SeenAgain) -> Done | None:
         if not inventory(self.state).end_unseen(action.socket):
             return None
-        done = Done(action, extra={"jobs": self._jobs_on(action.socket)})
+        done = Done(action, extra={"jobs": self._jobs_on(action.socket, ended_too=True)})
         self._audit_jobs(done, SEEN_AGAIN, done.extra["jobs"])
         return done
 
