@@ -556,8 +556,8 @@ def judge_unseen_job(job: Job, placed: Placement, facts: Facts) -> list[Action]:
         f"{LOST}: tmux on {placed.socket} could not be asked for {unseen_s:.0f} s"
         f" (grace {grace:g} s): {view.reason}"
     )
-    evidence = {"socket": placed.socket, "tmux": view.reason, "unseen_since": since}
-    evidence["lost_after_s"] = grace
+    evidence: dict[str, Any] = {"socket": placed.socket, "tmux": view.reason}
+    evidence.update(unseen_since=since, lost_after_s=grace)
     return fail_actions(job, reason, evidence, facts, kill_row=None)
 
 
