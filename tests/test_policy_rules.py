@@ -27,6 +27,7 @@ from delegate.core.policy import (
     ENDED_BY_RECONCILE,
     HOST_LOST,
     IDLE_TIMEOUT,
+    LOST,
     TMUX_GONE,
     WALL_TIMEOUT,
     Action,
@@ -41,6 +42,7 @@ from delegate.core.policy import (
     Snapshot,
     accepted_events,
     fail_actions,
+    jobs_on_socket,
     judge_job_outside_tmux,
     judge_open_job,
     judge_remote_job,
@@ -72,7 +74,10 @@ def _random_job(rnd: random.Random, job_id: str, names: list[str]) -> Job:
     status = rnd.choice(list(JobState))
     error = None
     if status is JobState.ERROR:
-        error = rnd.choice([None, "agent_error: tests failed", *ENDED_BY_RECONCILE])
+        # the reasons the golden worlds were drawn from (`lost` came later; a lost job's
+        # session is judged as any other job's a pass failed, which these reasons cover)
+        drawn = [r for r in ENDED_BY_RECONCILE if r != LOST]
+        error = rnd.choice([None, "agent_error: tests failed", *drawn])
     session = rnd.choice([f"dlg-{job_id}", f"dlg-{job_id}", None, "work", *names[-1:]])
     return Job(
         job_id=job_id,
@@ -376,6 +381,58 @@ def test_a_job_in_tmux_fails_when_its_server_or_pane_is_gone():
     # a pane marked for another job is not this job's
     stolen = judge_open_job(j, facts(world([j], [pane(j, mark="0badc0de")], [row(j)])))
     assert stolen[0].reason == "agent_exited: its tmux session is gone"
+
+
+def test_a_job_whose_server_cannot_be_seen_ends_lost_only_after_the_grace():
+    j = job()
+    started = {SOCK: at(30)}  # the episode began 30 s before NOW
+    unseen = world([j], [], [row(j)], status="unreachable", unseen_since=started)
+    # within the grace, and before any episode was recorded: no verdict, nothing killed
+    assert judge_open_job(j, facts(unseen, lost_after_s=60.0)) == []
+    first = world([j], [], [row(j)], status="unreachable")
+    assert judge_open_job(j, facts(first, lost_after_s=0.0)) == []
+    assert reconcile(unseen, PolicySettings(lost_after_s=60.0)) == [
+        SkipSocket("skip_socket", None, "why", {}, socket=SOCK)
+    ]
+    # past it: lost, saying so, and its session left for when the server is seen again
+    lost = judge_open_job(j, facts(unseen, lost_after_s=20.0))
+    assert shapes(lost) == [("FailJob", j.job_id)]
+    assert lost[0].reason.startswith(f"{LOST}: tmux on {SOCK} could not be asked for 30 s")
+    assert lost[0].evidence["unseen_since"] == at(30)
+    # the default grace is 60 s
+    assert judge_open_job(j, facts(unseen)) == []
+    assert shapes(judge_open_job(j, facts(world([j], [], [row(j)], status="unreachable",
+        unseen_since={SOCK: at(61)})))) == [("FailJob", j.job_id)]  # fmt: skip
+
+
+def test_a_lost_job_is_killed_once_its_server_is_seen_again():
+    j = job(status=JobState.ERROR, error=f"{LOST}: tmux on {SOCK} could not be asked")
+    seen = world([j], [pane(j)], [row(j)], unseen_since={SOCK: at(90)})
+    actions = reconcile(seen)
+    assert [type(a).__name__ for a in actions] == ["SeenAgain", "KillSession"]
+    assert actions[0].socket == SOCK and actions[0].evidence["unseen_since"] == at(90)
+    gone = reconcile(world([j], [], [row(j)], status="gone", unseen_since={SOCK: at(90)}))
+    assert [type(a).__name__ for a in gone] == ["SeenAgain", "SetSession"]
+    assert gone[0].reason == "no server there"
+    # a server not asked this pass ends no episode
+    assert reconcile(world([j], [], [row(j)], status="ok", unseen_since={"/s/else": at(9)})) == [
+        SetSession("set_session", j.job_id, "its tmux session is gone",
+                   {"row_socket": SOCK, "tmux": "ok"}, session=j.session or "")
+    ]  # fmt: skip
+
+
+def test_jobs_on_a_socket_are_the_open_tmux_jobs_placed_there():
+    a, b = job("0000000a"), job("0000000b", tmux_socket="/s/other")
+    ended = job("0000000c", status=JobState.COMPLETED)
+    snap = world([a, b, ended], [], [row(a), row(b, socket="/s/other")])
+    assert jobs_on_socket(snap, PolicySettings(), SOCK) == [a.job_id]
+    assert jobs_on_socket(snap, PolicySettings(), "/s/other") == [b.job_id]
+    assert jobs_on_socket(snap, PolicySettings(), SOCK, ended_too=True) == [a.job_id]
+    with_row = world([a, ended], [], [row(a), row(ended)])
+    assert jobs_on_socket(with_row, PolicySettings(), SOCK, ended_too=True) == [
+        a.job_id,
+        ended.job_id,
+    ]
 
 
 def test_a_job_whose_server_was_not_asked_is_judged_by_the_record():

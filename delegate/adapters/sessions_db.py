@@ -46,9 +46,15 @@ CREATE TABLE IF NOT EXISTS session_history (
 CREATE INDEX IF NOT EXISTS session_history_by_name ON session_history (name, id);
 CREATE INDEX IF NOT EXISTS session_history_by_job ON session_history (job_id, id);
 CREATE INDEX IF NOT EXISTS sessions_by_state ON sessions (state);
+CREATE TABLE IF NOT EXISTS unseen_sockets (
+    socket TEXT PRIMARY KEY,
+    since TEXT NOT NULL,
+    reason TEXT
+);
 """
-# Version 2 added `socket` (the tmux server the session lives on) and the indexes by state/job.
-SCHEMA_VERSION = 2
+# Version 2 added `socket` (the tmux server the session lives on) and the indexes by state/job;
+# version 3 `unseen_sockets` (tmux servers that could not be asked, since when).
+SCHEMA_VERSION = 3
 _COLUMNS = "name, state, job_id, agent, workdir, pane_pid, created_at, updated_at, socket"
 # Rows a monitor pass looks at: the session may still exist in tmux, or is kept on purpose.
 LIVE_STATES = ("running", "stopped", "archived")
@@ -222,6 +228,30 @@ class SessionInventory:
                 (name, current.job_id, current.state.value, state.value, reason, now),
             )
         return current._replace(state=state, updated_at=now), True
+
+    # --- tmux servers that could not be asked ----------------------------------------------
+
+    def begin_unseen(self, socket: str, reason: str, at: str) -> bool:
+        """Record that tmux on `socket` could not be asked, from `at`; True only for the caller
+        that began this episode (of two at once, one), so it is reported once."""
+        with self._write() as conn:
+            cursor = conn.execute(
+                "INSERT OR IGNORE INTO unseen_sockets (socket, since, reason) VALUES (?, ?, ?)",
+                (socket, at, reason),
+            )
+            return cursor.rowcount == 1
+
+    def end_unseen(self, socket: str) -> bool:
+        """tmux on `socket` answered again; True only for the caller that ended the episode."""
+        with self._write() as conn:
+            cursor = conn.execute("DELETE FROM unseen_sockets WHERE socket = ?", (socket,))
+            return cursor.rowcount == 1
+
+    def unseen(self) -> dict[str, str]:
+        """Socket -> when it was first not seen, for every episode not over."""
+        with self._connect() as conn:
+            rows = conn.execute("SELECT socket, since FROM unseen_sockets").fetchall()
+        return {str(socket): str(since) for socket, since in rows}
 
     def get(self, name: str) -> Session | None:
         with self._connect() as conn:

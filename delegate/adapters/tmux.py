@@ -39,6 +39,10 @@ _NO_SERVER = ("no server running", "No such file or directory", "Connection refu
 # What a server that is still up but has no session left says (it exits a moment later).
 _NO_SESSIONS = ("no current target", "no sessions")
 _SEP = "\x1f"  # unit separator: cannot appear in a session name we allow
+# How long one tmux call may take: a server that is stopped or hung never answers.
+TMUX_TIMEOUT_S = 10.0
+# How long a tmux server asked to make its socket again (SIGUSR1) is given to do it.
+_RECREATE_WAIT_S = 1.0
 
 
 class TmuxResult(NamedTuple):
@@ -53,7 +57,8 @@ class TmuxResult(NamedTuple):
 def run_tmux(socket_path: str, *args: str) -> TmuxResult:
     """Run `tmux -S socket_path ARGS...` (an argument vector, never a shell).
 
-    Raises FileNotFoundError when there is no tmux binary on PATH."""
+    Raises FileNotFoundError when there is no tmux binary on PATH, subprocess.TimeoutExpired
+    when tmux did not answer within TMUX_TIMEOUT_S (a stopped or hung server)."""
     done = subprocess.run(  # FileNotFoundError when PATH has no tmux (shutil.which costs 3 ms)
         ["tmux", f"-S{socket_path}", *args],
         stdin=subprocess.DEVNULL,
@@ -62,6 +67,7 @@ def run_tmux(socket_path: str, *args: str) -> TmuxResult:
         encoding="utf-8",
         errors="backslashreplace",
         check=False,
+        timeout=TMUX_TIMEOUT_S,
     )
     stdout = done.stdout.split("\n")
     while stdout and stdout[-1] == "":
@@ -180,6 +186,9 @@ class Tmux:
             return run_tmux(self.socket_path, *args)
         except OSError:
             raise TmuxUnreachable(self.socket_path, "the tmux binary was not found") from None
+        except subprocess.TimeoutExpired:
+            why = f"tmux did not answer within {TMUX_TIMEOUT_S:g} s"
+            raise TmuxUnreachable(self.socket_path, why) from None
 
     def _run(self, *args: str) -> list[str]:
         result = self._cmd(*args)
@@ -267,28 +276,42 @@ class Tmux:
         if result.returncode != 0:
             text = " ".join(result.stderr).strip()
             if any(marker in text for marker in _NO_SERVER):
-                return TmuxView(self.socket_path, "gone", reason=text)
+                return self._no_answer(text, fmt)
             if any(marker in text for marker in _NO_SESSIONS):
                 return TmuxView(self.socket_path, "ok")  # a server whose last session just ended
             return TmuxView(self.socket_path, "unreachable", reason=text or "list-panes failed")
-        panes = []
-        for line in result.stdout:
-            parts = line.split(_SEP)
-            if len(parts) != len(_FIELDS):
-                continue
-            session, pane_id, pid, dead, status, signo, job_id, _created = parts
-            panes.append(
-                Pane(
-                    session=session,
-                    pane_id=pane_id,
-                    pid=int(pid) if pid.isdigit() else 0,
-                    dead=dead == "1",
-                    exit_status=int(status) if status.lstrip("-").isdigit() else None,
-                    job_id=job_id,
-                    exit_signal=int(signo) if signo.isdigit() and signo != "0" else None,
-                )
-            )
-        return TmuxView(self.socket_path, "ok", tuple(panes))
+        return TmuxView(self.socket_path, "ok", _parse_panes(result.stdout))
+
+    def _no_answer(self, text: str, fmt: str) -> TmuxView:
+        """No server answered on the socket: "gone" only when no tmux server still listens on
+        that path. A live one whose socket file was moved aside or deleted (a /tmp cleaner) is
+        asked to make it again (SIGUSR1, to that pid only) and asked once more; if it still
+        does not answer, it is "unreachable": alive, but not seen."""
+        server = listening_server(self.socket_path)
+        if server is None:
+            return TmuxView(self.socket_path, "gone", reason=text)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(server, signal.SIGUSR1)
+        deadline = time.monotonic() + _RECREATE_WAIT_S
+        while True:
+            try:
+                result = self._cmd("list-panes", "-a", "-F", fmt)
+            except TmuxUnreachable as exc:
+                return TmuxView(self.socket_path, "unreachable", reason=exc.reason)
+            if result.returncode == 0:
+                panes = _parse_panes(result.stdout)
+                note = f"its socket was made again (SIGUSR1 to tmux server pid {server})"
+                return TmuxView(self.socket_path, "ok", panes, reason=note)
+            if any(m in " ".join(result.stderr) for m in _NO_SESSIONS):
+                return TmuxView(self.socket_path, "ok")
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        return TmuxView(
+            self.socket_path,
+            "unreachable",
+            reason=f"{text}; tmux server pid {server} still runs but does not answer",
+        )
 
     def panes(self, *, owned_only: bool = True) -> list[Pane]:
         """Every pane on the server (ours only by default); none when no server runs.
@@ -346,6 +369,83 @@ class Tmux:
 
     def kill_server(self) -> None:
         self._cmd("kill-server")
+
+
+def _parse_panes(lines: Sequence[str]) -> tuple[Pane, ...]:
+    """The panes of one `list-panes -a -F` answer in `_FIELDS`' format."""
+    panes = []
+    for line in lines:
+        parts = line.split(_SEP)
+        if len(parts) != len(_FIELDS):
+            continue
+        session, pane_id, pid, dead, status, signo, job_id, _created = parts
+        panes.append(
+            Pane(
+                session=session,
+                pane_id=pane_id,
+                pid=int(pid) if pid.isdigit() else 0,
+                dead=dead == "1",
+                exit_status=int(status) if status.lstrip("-").isdigit() else None,
+                job_id=job_id,
+                exit_signal=int(signo) if signo.isdigit() and signo != "0" else None,
+            )
+        )
+    return tuple(panes)
+
+
+def _listening_inodes(socket_path: str) -> set[str]:
+    """Inodes of the unix sockets listening at `socket_path` (Linux /proc/net/unix).
+
+    The kernel keeps the path a socket was bound to, so a server whose socket file was moved
+    aside or deleted is still found by it."""
+    found = set()
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as handle:
+            next(handle, None)  # the header
+            for line in handle:
+                fields = line.split(None, 7)
+                # Flags 00010000: __SO_ACCEPTCON, a listening socket
+                listening = len(fields) == 8 and int(fields[3], 16) & 0x10000
+                if listening and fields[7].rstrip("\n") == socket_path:
+                    found.add(fields[6])
+    except OSError:
+        return set()
+    return found
+
+
+def listening_server(socket_path: str) -> int | None:
+    """The pid of the tmux server still listening on a socket bound at `socket_path` (its
+    file there or not), or None: no such server runs (or it belongs to another user)."""
+    inodes = _listening_inodes(socket_path)
+    if not inodes:
+        return None
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/comm", encoding="utf-8", errors="replace") as handle:
+                if not handle.read().startswith("tmux"):
+                    continue
+            fds = os.listdir(f"/proc/{entry.name}/fd")
+            if any(os.readlink(f"/proc/{entry.name}/fd/{fd}") in wanted for fd in fds):
+                return int(entry.name)
+        except OSError:
+            continue
+    return None
+
+
+def job_process_alive(pid: int, job_id: str) -> bool:
+    """True while `pid` runs and carries `DELEGATE_JOB_ID=job_id` (so a reused pid is not
+    taken for the job's pane process)."""
+    if pid <= 0 or not alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environ = handle.read()
+    except OSError:
+        return False
+    return f"DELEGATE_JOB_ID={job_id}".encode() in environ.split(b"\0")
 
 
 def processes_of_job(job_id: str) -> set[int]:

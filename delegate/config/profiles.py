@@ -311,6 +311,18 @@ def max_running_caps(config: Mapping[str, Any]) -> Caps:
     return Caps(total=_cap(config.get("max_running"), "delegate.toml"), per_agent=per_agent)
 
 
+def lost_after_s(config: Mapping[str, Any]) -> float | None:
+    """`[monitor] lost_after_s`: how long a job's tmux server may stay unseen (its socket
+    gone astray, tmux not answering) before the job ends `lost`; None when not set."""
+    table = config.get("monitor", {})
+    if not isinstance(table, dict) or "lost_after_s" not in table:
+        return None
+    value = table["lost_after_s"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError("[monitor]: lost_after_s must be a number of seconds, 0 or more")
+    return float(value)
+
+
 def notifier(config: Mapping[str, Any], source: Path) -> tuple[list[str], tuple[str, ...]] | None:
     """`[notify]`: the notifier argv and the events it hears, or None when there is none."""
     table = config.get("notify")

@@ -43,6 +43,9 @@ WALL_TIMEOUT = "wall_timeout"
 IDLE_TIMEOUT = "idle_timeout"
 NEVER_LAUNCHED = "never_launched"
 HOST_LOST = "host_lost"
+# tmux could not be asked about the job's server for longer than the grace: its fate unknown
+LOST = "lost"
+DEFAULT_LOST_AFTER_S = 60.0
 # Errors a pass decides; a session whose job ended so is killed, never merely stopped.
 ENDED_BY_RECONCILE = (
     AGENT_EXITED,
@@ -51,6 +54,7 @@ ENDED_BY_RECONCILE = (
     IDLE_TIMEOUT,
     NEVER_LAUNCHED,
     HOST_LOST,
+    LOST,
 )
 
 
@@ -95,6 +99,9 @@ class Snapshot:
     assigned_at: Mapping[str, str] = field(default_factory=dict)
     # jobs their host's last presence shows queued there (its own caps): waiting for a slot
     queued_on_host: frozenset[str] = frozenset()
+    # per tmux socket that could not be asked: when that episode began (the first pass that
+    # could not see it); absent for servers seen at their last look
+    unseen_since: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,9 @@ class PolicySettings:
     launch_queued: bool = True
     report_orphans: bool = True
     default_socket: str | None = None  # where jobs without a recorded socket live
+    # how long a job's tmux server may stay unseen before the job ends `lost` (None: whoever
+    # runs the policy reads it from delegate.toml, else DEFAULT_LOST_AFTER_S)
+    lost_after_s: float | None = None
 
 
 # --- actions -------------------------------------------------------------------------------
@@ -189,6 +199,16 @@ class SkipSocket(Action):
 
     def describe(self) -> str:
         return f"tmux on {self.socket}: not asked this pass ({self.reason})"
+
+
+@dataclass(frozen=True)
+class SeenAgain(Action):
+    """tmux on a socket that could not be asked answered again: that episode is over."""
+
+    socket: str = ""
+
+    def describe(self) -> str:
+        return f"tmux on {self.socket}: seen again ({self.reason})"
 
 
 # --- the policy ----------------------------------------------------------------------------
@@ -347,12 +367,36 @@ def _by_age(job: Job) -> tuple[str, str]:
 
 
 def unreachable_servers(snap: Snapshot) -> list[Action]:
-    """A tmux server that could not be asked gets no verdict this pass; say why, per socket."""
-    return [
-        SkipSocket("skip_socket", None, view.reason, {}, socket=socket)
-        for socket, view in sorted(snap.views.items())
-        if view.status == "unreachable"
-    ]
+    """A tmux server that could not be asked gets no verdict this pass; say why, per socket.
+    A server unseen before that answered now (ok, or no server there) ends its episode."""
+    actions: list[Action] = []
+    for socket, view in sorted(snap.views.items()):
+        since = snap.unseen_since.get(socket)
+        if view.status == "unreachable":
+            actions.append(SkipSocket("skip_socket", None, view.reason, {}, socket=socket))
+        elif since is not None:
+            evidence = {"unseen_since": since, "tmux": view.status}
+            why = "no server there" if view.status == "gone" else "it answered"
+            actions.append(SeenAgain("seen_again", None, why, evidence, socket=socket))
+    return actions
+
+
+def jobs_on_socket(
+    snap: Snapshot, settings: PolicySettings, socket: str, *, ended_too: bool = False
+) -> list[str]:
+    """The open jobs in tmux whose session lives on `socket`, oldest first: those a server
+    there that cannot be asked leaves unseen (`ended_too`: and the ended ones whose session
+    row is still live there, such as a job ended `lost` meanwhile)."""
+    facts = Facts.of(snap, settings)
+    found = []
+    for j in sorted(facts.jobs.values(), key=_by_age):
+        if not j.session or j.host is not None:
+            continue
+        placed = facts.placement(j)
+        wanted = not j.status.terminal or (ended_too and placed.row is not None)
+        if wanted and placed.socket == socket:
+            found.append(j.job_id)
+    return found
 
 
 # rule 2: accepted events ---------------------------------------------------------------------
@@ -495,6 +539,28 @@ def judge_unlaunched_job(job: Job, placed: Placement, facts: Facts) -> list[Acti
     ]
 
 
+def judge_unseen_job(job: Job, placed: Placement, facts: Facts) -> list[Action]:
+    """A launched job whose server cannot be asked: no verdict and nothing killed (SkipSocket
+    says why) until the server has been unseen `lost_after_s`; then the job ends `lost`,
+    saying so. Its session row is left as it is: it is settled when the server is seen again
+    (killed then, as the kill of any job a pass failed) or found gone."""
+    view = placed.view
+    assert view is not None
+    since = facts.snap.unseen_since.get(placed.socket)
+    unseen_s = _seconds_since(since, facts.now)
+    grace = facts.settings.lost_after_s
+    grace = DEFAULT_LOST_AFTER_S if grace is None else grace
+    if unseen_s is None or unseen_s < grace:
+        return []
+    reason = (
+        f"{LOST}: tmux on {placed.socket} could not be asked for {unseen_s:.0f} s"
+        f" (grace {grace:g} s): {view.reason}"
+    )
+    evidence: dict[str, Any] = {"socket": placed.socket, "tmux": view.reason}
+    evidence.update(unseen_since=since, lost_after_s=grace)
+    return fail_actions(job, reason, evidence, facts, kill_row=None)
+
+
 def judge_job_in_tmux(job: Job, placed: Placement, facts: Facts) -> list[Action]:
     """A launched job (pending before `started`, or running) in a local tmux session: failed
     when its server is gone, its pane is gone or dead, or a deadline passed."""
@@ -505,7 +571,7 @@ def judge_job_in_tmux(job: Job, placed: Placement, facts: Facts) -> list[Action]
         reason = deadline_passed(job, facts.now, launched_at=launched_at)
         return _fail_if_late(job, reason, facts, kill_row=row)
     if view.status == "unreachable":
-        return []  # no verdict; SkipSocket says why
+        return judge_unseen_job(job, placed, facts)
     if view.status == "gone":
         evidence = {"socket": view.socket, "tmux": view.reason}
         return fail_actions(job, TMUX_GONE, evidence, facts, kill_row=row)

@@ -25,7 +25,7 @@ from delegate.config.logsetup import get_logger
 from delegate.config.settings import BUS_ENV
 from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import EVENT_TARGET_STATE, EventType, Job, JobState
-from delegate.core.policy import HOST_LOST, PolicySettings, SeenEvent, next_deadline_s
+from delegate.core.policy import PolicySettings, SeenEvent, next_deadline_s
 from delegate.core.protocol import Accepted, Receiver
 from delegate.services.jobs.notify import notify, wait_for_notifiers
 from delegate.services.reconciler import Done, Reconciler
@@ -185,30 +185,43 @@ class Monitor:
         except DelegateError as exc:
             log.warning("monitor: could not notify for job %s: %s", job_id, exc)
         if verdict.event in ("completed", "error"):
-            self._receivers[job_id] = None  # nothing after the terminal event matters
+            # anything after the terminal event is late: audited as such, never applied (a
+            # redelivery of what was accepted here is a duplicate, and dropped)
+            self._receivers[job_id] = None
+            late = Receiver(job_id, receiver.token)
+            late.seen = set(receiver.seen)
+            self._late_receivers[job_id] = late
         return SeenEvent(job_id, verdict.event, verdict.seq, str(envelope.get("detail", "")))
 
     def _late(self, job_id: str, payload: bytes) -> None:
-        """A job failed `host_lost` whose host came back with what its agent said meanwhile:
-        verified and audited as late events (`delegate logs` shows them); the state stays."""
+        """An event of a job that has ended (a host that comes back with what its agent said
+        meanwhile, an agent on another machine reporting after a pass failed its job): verified
+        and audited as a late event with its envelope (`delegate logs` shows them); the state
+        stays. One the job's own record counted (its seq allocated before the job ended, which
+        this monitor only saw after) is not late."""
         try:
             job = self.state.registry.get(job_id)
         except DelegateError:
             return
-        if not (job.host and job.status.terminal and (job.error or "").startswith(HOST_LOST)):
+        if not job.status.terminal:
             return
         late = self._late_receivers.setdefault(job_id, Receiver(job_id, job.auth_token))
         verdict = late.check(payload)
-        if isinstance(verdict, Accepted):
-            self.state.audit.append(
-                job_id,
-                "late_event",
-                seq=verdict.seq,
-                event=verdict.event,
-                host=job.host,
-                envelope=verdict.envelope,
-                note=f"arrived after the job ended {job.error}; its state stays",
-            )
+        if not isinstance(verdict, Accepted):
+            return
+        if verdict.seq <= job.last_seq and not job.host:
+            return  # published here before the job ended: its subscribers had it in time
+        ended = f"{job.status.value}: {job.error}" if job.error else job.status.value
+        where = {"host": job.host} if job.host else {}
+        self.state.audit.append(
+            job_id,
+            "late_event",
+            seq=verdict.seq,
+            event=verdict.event,
+            **where,
+            envelope=verdict.envelope,
+            note=f"arrived after the job ended {ended}; its state stays",
+        )
 
     def _poll_events(self) -> list[SeenEvent]:
         seen = []

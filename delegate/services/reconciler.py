@@ -10,19 +10,22 @@ action exactly once.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from delegate.adapters.tmux import Tmux, settle, socket_path_for
+from delegate.adapters.tmux import Tmux, job_process_alive, settle, socket_path_for
 from delegate.config.logsetup import get_logger
+from delegate.config.profiles import lost_after_s, read_config
 from delegate.config.settings import TMUX_SOCKET_ENV
 from delegate.core.caps import Caps
 from delegate.core.errors import DelegateError
 from delegate.core.model import EventType, Job, JobState, Pane, Session, SessionState, TmuxView
 from delegate.core.policy import (
+    DEFAULT_LOST_AFTER_S,
     Action,
     ApplyEvent,
     FailJob,
@@ -30,12 +33,15 @@ from delegate.core.policy import (
     LaunchJob,
     PolicySettings,
     ReportOrphan,
+    SeenAgain,
     SeenEvent,
     SetSession,
     SkipSocket,
     Snapshot,
+    jobs_on_socket,
     reconcile,
 )
+from delegate.core.timefmt import record_timestamp
 from delegate.services.jobs.finish import AuditLine, end_job, event_ending
 from delegate.services.jobs.launch import caps, claim_and_launch, inventory, launcher_alive
 from delegate.services.state import State
@@ -44,6 +50,8 @@ log = get_logger(__name__)
 
 RECONCILED = "reconciled"  # the audit kind of an action taken
 RECONCILE_FAILED = "reconcile_failed"  # an action tried and not carried out (retried next pass)
+UNSEEN = "unseen"  # the audit kind: the job's tmux server could not be asked (once an episode)
+SEEN_AGAIN = "seen_again"  # ... and answered again
 
 
 @dataclass
@@ -96,6 +104,10 @@ class Reconciler:
         self.now = now
         self.default_socket = socket_path_for(state.env.get(TMUX_SOCKET_ENV), state.env)
         self.settings = replace(settings or PolicySettings(), default_socket=self.default_socket)
+        if self.settings.lost_after_s is None:
+            configured = lost_after_s(read_config(state.layout.home, state.env).tables)
+            grace = DEFAULT_LOST_AFTER_S if configured is None else configured
+            self.settings = replace(self.settings, lost_after_s=grace)
         self.tmux_queries = 0  # for the benchmark: tmux processes started by passes
         self.last_snapshot: Snapshot | None = None
         self._tmux: dict[str, Tmux] = {}
@@ -116,6 +128,8 @@ class Reconciler:
         for pause in (0.03, 0.0):
             self.tmux_queries += 1
             seen = self.tmux(socket).view()
+            if seen.status == "ok" and seen.reason:
+                log.warning("%s: tmux on %s: %s", self.actor, socket, seen.reason)
             panes = tuple(settle(p) for p in seen.panes)
             seen = seen._replace(panes=panes)
             if not pause or not any(_unsettled(p) for p in panes):
@@ -169,7 +183,7 @@ class Reconciler:
                 )
         rows = self._live_rows(jobs, only_job)
         wanted = self._sockets_to_ask(jobs, rows) if sockets is None else set(sockets)
-        views = {sock: self.view(sock) for sock in sorted(wanted)}
+        views = {sock: self._unless_panes_live(self.view(sock), rows) for sock in sorted(wanted)}
         # Sessions tmux shows that no live row names: their closed rows, if any, so a session
         # still being killed (its row already terminated) is not taken for an orphan.
         live_names = {r.name for r in rows}
@@ -192,9 +206,28 @@ class Reconciler:
             launchers_alive=alive,
             assigned_at=assigned_at,
             queued_on_host=frozenset(queued_there),
+            unseen_since=inventory(self.state).unseen(),
         )
         self.last_snapshot = snap
         return snap
+
+    @staticmethod
+    def _unless_panes_live(seen: TmuxView, rows: Sequence[Session]) -> TmuxView:
+        """A server with no socket file and no tmux listening is "gone" only when no pane
+        process of a job on it still runs: one that does means tmux is out of sight (a socket
+        deleted, a server in another namespace), not dead. With the file still there, nothing
+        listening on it is a dead server (killed, rebooted away) whatever its panes do."""
+        if seen.status != "gone" or os.path.exists(seen.socket):
+            return seen
+        for row in rows:
+            ours = row.socket == seen.socket and row.pane_pid and row.job_id
+            if ours and job_process_alive(row.pane_pid or 0, row.job_id or ""):
+                why = (
+                    f"{seen.reason}; no tmux server listens there, but pane process"
+                    f" {row.pane_pid} of job {row.job_id} still runs"
+                )
+                return seen._replace(status="unreachable", reason=why)
+        return seen
 
     def _live_rows(self, jobs: dict[str, Job], only_job: str | None) -> list[Session]:
         """The live session rows (with `only_job`, its own only), each row's job added to
@@ -303,8 +336,44 @@ class Reconciler:
         if isinstance(action, LaunchJob):
             return self._launch(action)
         if isinstance(action, SkipSocket):
-            return Done(action)
+            return self._unseen(action)
+        if isinstance(action, SeenAgain):
+            return self._seen_again(action)
         raise AssertionError(f"unknown action {action!r}")
+
+    def _jobs_on(self, socket: str, *, ended_too: bool = False) -> list[str]:
+        snap = self.last_snapshot
+        if snap is None:
+            return []
+        return jobs_on_socket(snap, self.settings, socket, ended_too=ended_too)
+
+    def _audit_jobs(self, done: Done, kind: str, job_ids: Sequence[str]) -> None:
+        for job_id in job_ids:
+            self._audit(Done(replace(done.action, job_id=job_id), extra=done.extra), kind=kind)
+
+    def _unseen(self, action: SkipSocket) -> Done | None:
+        """Begin an episode of not seeing tmux on the socket, told once (to whoever began it)
+        and written in the audit of every job on it; later passes of the episode say nothing.
+        Nothing is decided about those jobs until the server is seen again or the grace ends."""
+        now = record_timestamp(self.now())
+        if not inventory(self.state).begin_unseen(action.socket, action.reason, now):
+            return None
+        jobs = self._jobs_on(action.socket)
+        grace = self.settings.lost_after_s
+        done = Done(
+            action,
+            note=f"no verdict on its jobs; they end lost if it stays unseen {grace:g} s",
+            extra={"jobs": jobs, "unseen_since": now},
+        )
+        self._audit_jobs(done, UNSEEN, jobs)
+        return done
+
+    def _seen_again(self, action: SeenAgain) -> Done | None:
+        if not inventory(self.state).end_unseen(action.socket):
+            return None
+        done = Done(action, extra={"jobs": self._jobs_on(action.socket, ended_too=True)})
+        self._audit_jobs(done, SEEN_AGAIN, done.extra["jobs"])
+        return done
 
     def _apply_event(self, action: ApplyEvent) -> Done | None:
         assert action.job_id is not None

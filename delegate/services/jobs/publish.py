@@ -100,8 +100,16 @@ def publish_event(
     try:
         job, seq = state.registry.next_seq(job_id, event)
     except PublishRefused as exc:
-        # a report from an agent whose job ended (cancelled, stopped): refused, and on record
-        state.audit.append(job_id, "publish_refused", event=event.value, reason=exc.reason)
+        # a report from an agent whose job ended (cancelled, stopped, failed by a pass):
+        # refused, and on record with what it said, so a late word is never lost
+        late = {"late": True, "detail": safe_detail, "data": data or {}}
+        state.audit.append(
+            job_id,
+            "publish_refused",
+            event=event.value,
+            reason=exc.reason,
+            **(late if job.status.terminal else {}),
+        )
         raise
     envelope = sign(
         build_envelope(job_id=job_id, seq=seq, event=event.value, detail=safe_detail, data=data),

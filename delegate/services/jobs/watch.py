@@ -25,9 +25,9 @@ from delegate.adapters import audit
 from delegate.adapters.bus import Message, Subscription
 from delegate.adapters.fsio import atomic_write
 from delegate.config.logsetup import get_logger
-from delegate.core.errors import WaitInterrupted
+from delegate.core.errors import DelegateError, WaitInterrupted
 from delegate.core.model import EventType, Job, JobState, SessionState
-from delegate.core.policy import LaunchJob, SetSession, next_deadline_s
+from delegate.core.policy import LaunchJob, SeenAgain, SetSession, SkipSocket, next_deadline_s
 from delegate.core.protocol import Accepted, Receiver, Rejected
 from delegate.core.timefmt import human_duration
 from delegate.services.jobs.finish import end_by_event
@@ -217,14 +217,7 @@ class Watcher:
         if job.status is JobState.QUEUED:
             if now >= state["queue"]:
                 state["queue"] = now + QUEUE_CHECK_S
-                # tmux too: a finished job's session still recorded running holds its slot
-                # until someone stops it, and that may have to be this waiting supervisor
-                self.reconciler().run_pass(
-                    keep=lambda a: (
-                        (isinstance(a, LaunchJob) and a.job_id == own)
-                        or (isinstance(a, SetSession) and a.state is SessionState.STOPPED)
-                    )
-                )
+                self._launch_queued()
             return
         died = self._wrapper_died(job)
         ask_tmux = died or now >= state["tmux"]
@@ -239,11 +232,33 @@ class Watcher:
                 os.close(self._pidfd)
                 self._pidfd = None
                 state["tmux"] = now + 0.5  # look again soon: the pane may not show dead yet
+        # and whether its server could be seen: a tmux out of sight starts an episode that,
+        # past its grace, ends the job `lost` even when no monitor runs
         self.reconciler().run_pass(
             sockets=sockets,
             only_job=own,
-            keep=lambda a: a.job_id == own and not isinstance(a, LaunchJob),
+            keep=lambda a: (
+                (a.job_id == own and not isinstance(a, LaunchJob))
+                or isinstance(a, (SkipSocket, SeenAgain))
+            ),
         )
+
+    def _launch_queued(self) -> None:
+        """A queued job's look for a free slot. Whatever the policy launches is launched, this
+        job or an older one: a slot given to a job whose own supervisor is gone (killed,
+        crashed) would otherwise stay unused, and hold back every job queued behind it (the
+        claim under the registry lock keeps two launchers from starting one job twice).
+        tmux too: a finished job's session still recorded running holds its slot until someone
+        stops it, or records it terminated once tmux no longer shows it, and that may have to
+        be this waiting supervisor. A pass that fails is tried again at the next look."""
+        try:
+            self.reconciler().run_pass(
+                keep=lambda a: (
+                    isinstance(a, LaunchJob) or (isinstance(a, SetSession) and not a.follows_fail)
+                )
+            )
+        except DelegateError as exc:
+            log.warning("job %s: could not look for a free slot: %s", self.job_id, exc)
 
     def after_end(self) -> None:
         """Once the job ended: its session stopped, and queued jobs launched into free slots.
