@@ -30,6 +30,8 @@ PS_JSON_KEYS = {
     "last_event",
     "queue_position",
     "host",
+    "group",  # issue 20: keys are only ever added, never renamed or dropped
+    "waiting_for",
 }
 LONG_REASON = "agent_error: " + "the test suite failed in a very long and winding way " * 3
 

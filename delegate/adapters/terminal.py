@@ -156,3 +156,33 @@ def print_listing(
             print_json(item if to_json is None else to_json(item))
         return
     print_table(columns, [make_row(item) for item in items], empty=empty, title=title, fit=fit)
+
+
+def print_tree(
+    roots: Sequence[T],
+    label: Callable[[T], str],
+    children: Callable[[T], Sequence[T]],
+    *,
+    empty: str,
+    file: IO[str] | None = None,
+) -> None:
+    """Print each of `roots` with its `children` below it, recursively (a job reached twice is
+    drawn under each parent); `empty` on stderr when there are no roots."""
+    if not roots:
+        say(empty)
+        return
+    from rich.console import Console  # rich: only when a tree is printed (module doc)
+    from rich.text import Text  # rich: as above
+    from rich.tree import Tree  # rich: as above
+
+    out = file or sys.stdout
+    console = Console(file=out, width=terminal_width(out), soft_wrap=False)
+
+    def grow(node: Any, item: T, depth: int) -> None:
+        for child in children(item) if depth < 64 else ():
+            grow(node.add(Text(label(child))), child, depth + 1)
+
+    for root in roots:
+        tree = Tree(Text(label(root)), guide_style="dim")  # labels are data, never markup
+        grow(tree, root, 0)
+        console.print(tree)

@@ -27,6 +27,7 @@ from delegate.adapters.terminal import (
     print_json,
     print_listing,
     print_table,
+    print_tree,
     terminal_width,
     wants_json,
 )
@@ -46,13 +47,15 @@ from delegate.cli.common import (
 from delegate.cli.lazy import LazyGroup, build_from, shell_of
 from delegate.core.errors import DelegateError, say
 from delegate.core.eventlines import audit_line
+from delegate.core.model import Job
 from delegate.core.timefmt import human_duration, human_timeout, local_time
 from delegate.entry.ps import DEFAULT_LIMIT as PS_LIMIT
 from delegate.entry.ps import print_ps_json
 from delegate.entry.publish import main_hook, run_publish
 from delegate.services.jobs.register import parse_status, pick_job, register_job
 from delegate.services.logs import follow_log
-from delegate.services.ps import job_timing, rows
+from delegate.services.ps import dependency_graph, job_timing, rows
+from delegate.services.state import State
 
 app = typer.Typer(
     cls=LazyGroup,
@@ -389,6 +392,26 @@ def submit(
         str | None,
         typer.Option("--host", help="Run it on this agent host (see `delegate host`)."),
     ] = None,
+    after: Annotated[
+        str | None,
+        typer.Option(
+            "--after", help="Start only after these jobs (ID[,ID...]) ended as the rule says."
+        ),
+    ] = None,
+    after_rule: Annotated[
+        str | None,
+        typer.Option(
+            "--after-rule",
+            help="succeeded (default), finished (any ending) or failed; a rule that can no"
+            " longer hold ends the job dependency_failed.",
+        ),
+    ] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group", "-g", help="Queue group (see `delegate group`): its cap and pause."
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> int:
     """Hand a task to an agent in a new tmux session and follow it.
@@ -417,6 +440,9 @@ def submit(
         max_running=max_running,
         on_event=on_event,
         host=host,
+        after=after,
+        after_rule=after_rule,
+        group=group,
     )
     text = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=sys.stdin)
     request = SubmitRequest.from_settings(settings, text)
@@ -434,7 +460,7 @@ def submit(
     if result.queue_position is not None:
         print(
             f"job {result.job.job_id} queued at position {result.queue_position}:"
-            " it starts when a slot under max_running frees",
+            f" {result.waiting_for or 'it starts when a slot frees'}",
             file=sys.stderr,
         )
     return print_submitted(result, as_json)
@@ -454,6 +480,12 @@ def ps(
         typer.Option(
             "--wide", help="Also start and end times and the session's state; cut nothing."
         ),
+    ] = False,
+    group: Annotated[
+        str | None, typer.Option("--group", "-g", help="Only this queue group's jobs.")
+    ] = None,
+    tree: Annotated[
+        bool, typer.Option("--tree", help="Draw the open jobs as the graph of their --after.")
     ] = False,
     as_json: JsonOpt = False,
 ) -> int:
@@ -481,10 +513,13 @@ def ps(
         return 0
     if limit < 0:
         raise typer.BadParameter("--limit must be zero or more")
-    if wants_json(as_json):  # what entry/ps.py answers without typer, said the same way
-        print_ps_json(open_state(), show_all=show_all, limit=limit)
+    if tree:
+        print_dependency_tree(open_state(), group=group)
         return 0
-    listing = rows(open_state(), show_all=show_all, limit=limit)
+    if wants_json(as_json):  # what entry/ps.py answers without typer, said the same way
+        print_ps_json(open_state(), show_all=show_all, limit=limit, group=group)
+        return 0
+    listing = rows(open_state(), show_all=show_all, limit=limit, group=group)
     if listing.tmux_note:
         say(listing.tmux_note)
     event = Column("LAST EVENT", free=True)
@@ -514,6 +549,26 @@ def ps(
     return 0
 
 
+def print_dependency_tree(state: State, *, group: str | None) -> None:
+    """`ps --tree`: each open job under the jobs it waits for, with its state and why it
+    waits (or how it ended)."""
+    graph = dependency_graph(state, group=group)
+
+    def label(job: Job) -> str:
+        why = graph.waiting.get(job.job_id) or (job.error if job.status.terminal else None)
+        rule = f" after {job.after_rule}" if job.after and job.after_rule else ""
+        return f"{job.job_id}  {job.status.value}  {job.agent or '-'}{rule}" + (
+            f"  ({why})" if why else ""
+        )
+
+    print_tree(
+        graph.roots,
+        label,
+        lambda job: graph.dependents.get(job.job_id, []),
+        empty="no open jobs",
+    )
+
+
 # Every command of `delegate`, in the order `--help` lists them, and the module defining it:
 # this one (`app`), or a module whose `commands` app holds it, imported only when it is called.
 _HERE = __name__
@@ -522,6 +577,7 @@ _COORD = "delegate.cli.coord"
 _UPKEEP = "delegate.cli.upkeep"
 _CRON = "delegate.cli.cron"
 _HOSTS = "delegate.cli.hosts"
+_GROUP = "delegate.cli.group"
 ROOT_COMMANDS: dict[str, str] = {
     **dict.fromkeys(
         ("register", "publish", "hook", "watch", "jobs", "show", "logs", "cancel", "pick"), _HERE
@@ -532,6 +588,7 @@ ROOT_COMMANDS: dict[str, str] = {
     **dict.fromkeys(("monitor", "report", "doctor"), _UPKEEP),
     "session": _SESSION,
     "cron": _CRON,
+    "group": _GROUP,
     **dict.fromkeys(("msg", "lock", "board", "bb", "bus", "claim"), _COORD),
     "host": _HOSTS,
 }

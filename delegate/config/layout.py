@@ -12,7 +12,15 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from delegate.config.settings import BUS_ENV, HOME_ENV, XDG_STATE_ENV, settings
-from delegate.config.statefiles import BUS_DB, COORD_DB, CRON_BOOK, JOBS_DIR, LOGS_DIR, SESSIONS_DB
+from delegate.config.statefiles import (
+    BUS_DB,
+    COORD_DB,
+    CRON_BOOK,
+    GROUPS_BOOK,
+    JOBS_DIR,
+    LOGS_DIR,
+    SESSIONS_DB,
+)
 from delegate.core.errors import ConfigError
 
 
@@ -63,6 +71,10 @@ class Layout:
     @property
     def cron_book(self) -> Path:
         return self.home / CRON_BOOK
+
+    @property
+    def groups_book(self) -> Path:
+        return self.home / GROUPS_BOOK
 
     def default_bus_url(self) -> str:
         return f"sqlite://{self.bus_db}"

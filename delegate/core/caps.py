@@ -1,7 +1,10 @@
-"""The concurrency cap: how many jobs may run at once, for all agents and per agent.
+"""Whether a job may start now: the concurrency caps (for all jobs, per agent, per group, its
+own `--max-running`), its group being paused, and its dependencies (`submit --after`).
 
-Pure, and light on purpose: `delegate.toml` is read into `Caps` by config/profiles, which the
-lock fast path imports, so this module imports nothing beyond the core's model.
+`waiting_for` says in words why a job may not start yet (what `ps` shows for a queued job);
+`may_start` is its yes or no. Pure, and light on purpose: `delegate.toml` is read into `Caps`
+by config/profiles, which the lock fast path imports, so this module imports nothing beyond the
+core's model.
 """
 
 # No `from __future__ import annotations`: typing.NamedTuple would compile each string
@@ -21,6 +24,62 @@ class Caps(NamedTuple):
     per_agent: Mapping[str, int] = MappingProxyType({})
 
 
+class GroupRule(NamedTuple):
+    """A queue group's own rule (`delegate group add|set|pause|resume`)."""
+
+    max_running: int | None = None
+    paused: bool = False
+
+
+class Gate(NamedTuple):
+    """What besides the caps decides a start: the state of each job some open job waits for
+    (`dependencies`, by id; an id absent was not found) and the groups' rules (by name)."""
+
+    dependencies: Mapping[str, JobState] = MappingProxyType({})
+    groups: Mapping[str, GroupRule] = MappingProxyType({})
+
+
+# `submit --after-rule`: what a dependency's ending must be for the job to start.
+AFTER_RULES = ("succeeded", "finished", "failed")
+DEPENDENCY_FAILED = "dependency_failed"
+
+
+def rule_holds(rule: str, dependency: JobState | None) -> bool | None:
+    """True when `dependency` (its state; None: not found) satisfies `rule`, False when it
+    never can any more, None while it has not ended."""
+    if dependency is None:
+        return False
+    if not dependency.terminal:
+        return None
+    if rule == "finished":
+        return True
+    if rule == "failed":
+        return dependency is JobState.ERROR
+    return dependency is JobState.COMPLETED
+
+
+def broken_dependency(after: Sequence[str] | None, rule: str | None, gate: Gate) -> str | None:
+    """The first of the jobs `after` names whose ending can no longer satisfy `rule` (None:
+    `succeeded`), or None."""
+    rule = rule or AFTER_RULES[0]
+    for dep in after or ():
+        if rule_holds(rule, gate.dependencies.get(dep)) is False:
+            return dep
+    return None
+
+
+def dependency_failure(dep: str, gate: Gate) -> str:
+    """The end reason of a job whose dependency `dep` broke its rule: `dependency_failed: ID
+    error` (its state, or `not found`)."""
+    state = gate.dependencies.get(dep)
+    return f"{DEPENDENCY_FAILED}: {dep} {state.value if state is not None else 'not found'}"
+
+
+def _unmet_dependencies(job: Job, gate: Gate) -> list[str]:
+    rule = job.after_rule or AFTER_RULES[0]
+    return [d for d in job.after or () if rule_holds(rule, gate.dependencies.get(d)) is not True]
+
+
 def occupies_slot(job: Job) -> bool:
     """A job that counts against the cap: running, or admitted to start (pending with a spec)."""
     return job.status is JobState.RUNNING or (job.status is JobState.PENDING and bool(job.launch))
@@ -31,23 +90,57 @@ def may_start(
     others: Sequence[Job],
     caps: Caps,
     busy: Mapping[str, str | None] | None = None,
+    gate: Gate | None = None,
 ) -> bool:
-    """Whether `job` may start now beside `others` (the other open jobs).
+    """Whether `job` may start now beside `others` (the other open jobs): see `waiting_for`."""
+    return waiting_for(job, others, caps, busy, gate) is None
+
+
+def waiting_for(
+    job: Job,
+    others: Sequence[Job],
+    caps: Caps,
+    busy: Mapping[str, str | None] | None = None,
+    gate: Gate | None = None,
+) -> str | None:
+    """Why `job` may not start now beside `others` (the other open jobs), in words; None when
+    it may.
 
     `busy` (job id -> agent) names the jobs whose session is still recorded running: a job
     that just ended holds its slot until its session is stopped, so the session history never
     shows more sessions running than the cap allows.
     """
+    gate = gate or Gate()
+    unmet = _unmet_dependencies(job, gate)
+    if unmet:
+        return f"waits for {', '.join(unmet)} ({job.after_rule or AFTER_RULES[0]})"
+    rule = gate.groups.get(job.group) if job.group else None
+    if rule is not None and rule.paused:
+        return f"group {job.group} is paused"
+    others_by_id = {j.job_id: j for j in others}
     active = {j.job_id: j.agent for j in others if occupies_slot(j)}
     for job_id, agent in (busy or {}).items():
         active.setdefault(job_id, agent)
     active.pop(job.job_id, None)
     if caps.total is not None and len(active) >= caps.total:
-        return False
+        return f"max_running {caps.total} reached"
     agent_cap = caps.per_agent.get(job.agent or "")
     if agent_cap is not None and sum(1 for a in active.values() if a == job.agent) >= agent_cap:
-        return False
-    return job.max_running is None or len(active) < job.max_running
+        return f"{job.agent} runs {agent_cap} of its max_running {agent_cap}"
+    if rule is not None and rule.max_running is not None:
+        in_group = sum(1 for i in active if _group_of(i, others_by_id) == job.group)
+        if in_group >= rule.max_running:
+            return f"group {job.group} runs {in_group} of its max_running {rule.max_running}"
+    if job.max_running is not None and len(active) >= job.max_running:
+        return f"its --max-running {job.max_running} reached"
+    return None
+
+
+def _group_of(job_id: str, jobs: Mapping[str, Job]) -> str | None:
+    """The group of an active job; a job only `busy` names (ended, its session not yet
+    stopped) is not among the open jobs and counts for no group."""
+    found = jobs.get(job_id)
+    return found.group if found is not None else None
 
 
 def busy_sessions(rows: Sequence[Session]) -> dict[str, str | None]:

@@ -149,6 +149,11 @@ class Job(NamedTuple):
     tokens_out: int | None = None
     # The agent host it was assigned to (`submit --host NAME`); None: this machine's tmux.
     host: str | None = None
+    # `submit --after`: the jobs it waits for, and what their endings must be (core/caps).
+    after: list[str] | None = None
+    after_rule: str | None = None
+    # `submit --group`: the queue group whose caps and pause it follows.
+    group: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._asdict()
@@ -157,6 +162,8 @@ class Job(NamedTuple):
         data["launch"] = dict(self.launch)
         if self.notify is not None:
             data["notify"] = list(self.notify)
+        if self.after is not None:
+            data["after"] = list(self.after)
         return data
 
     def public_dict(self) -> dict[str, Any]:

@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from delegate.core.caps import Caps, busy_sessions, may_start
+from delegate.core.caps import (
+    Caps,
+    Gate,
+    broken_dependency,
+    busy_sessions,
+    dependency_failure,
+    may_start,
+)
 from delegate.core.model import (
     EVENT_TARGET_STATE,
     EventType,
@@ -102,6 +109,8 @@ class Snapshot:
     # per tmux socket that could not be asked: when that episode began (the first pass that
     # could not see it); absent for servers seen at their last look
     unseen_since: Mapping[str, str] = field(default_factory=dict)
+    # the states of the jobs queued jobs wait for, and the queue groups' rules
+    gate: Gate = field(default_factory=Gate)
 
 
 @dataclass(frozen=True)
@@ -713,7 +722,8 @@ def orphan_sessions(facts: Facts) -> list[Action]:
 
 
 def queued_launches(facts: Facts, earlier: Sequence[Action] = ()) -> list[Action]:
-    """Queued jobs, oldest first, while the caps allow (`launch_queued`).
+    """Queued jobs, oldest first, while the caps, their groups and their dependencies allow
+    (`launch_queued`); a queued job whose dependency can no longer satisfy it is failed.
 
     `earlier`: what this pass decided before. Jobs it failed hold no slot; sessions it stops or
     kills free theirs, since the executor carries those actions out before the launches.
@@ -729,8 +739,13 @@ def queued_launches(facts: Facts, earlier: Sequence[Action] = ()) -> list[Action
     for job in sorted(open_now, key=_by_age):
         if job.status is not JobState.QUEUED:
             continue
+        broken = broken_dependency(job.after, job.after_rule, facts.snap.gate)
+        if broken is not None:  # its ender settles it at once; this pass is the safety net
+            reason = dependency_failure(broken, facts.snap.gate)
+            actions.append(FailJob("fail_job", job.job_id, reason, {"dependency": broken}))
+            continue
         others = [j for j in open_now if j.job_id != job.job_id]
-        if not may_start(job, others, caps, busy):
+        if not may_start(job, others, caps, busy, facts.snap.gate):
             continue
         actions.append(
             LaunchJob("launch_job", job.job_id, "a slot is free", {}, expected_launcher=None)

@@ -16,28 +16,37 @@ from delegate.entry.argv import parse_options
 from delegate.services.ps import rows
 from delegate.services.state import State
 
-PS_OPTIONS = {"--all": False, "--limit": True, "--host": True, "--wide": False, "--json": False}
+PS_OPTIONS = {
+    "--all": False,
+    "--limit": True,
+    "--host": True,
+    "--wide": False,
+    "--group": True,
+    "--tree": False,
+    "--json": False,
+}
 DEFAULT_LIMIT = 10  # `ps --limit` when not given (the typer command uses it too)
 
 
-def parse_ps_args(argv: list[str]) -> tuple[bool, int] | None:
-    """(--all, --limit) of a `ps` this path answers, or None when typer should."""
+def parse_ps_args(argv: list[str]) -> tuple[bool, int, str | None] | None:
+    """(--all, --limit, --group) of a `ps` this path answers, or None when typer should."""
     try:
         positional, values = parse_options("ps", PS_OPTIONS, argv)
     except DelegateError:
         return None
     limit = str(values.get("--limit", DEFAULT_LIMIT))
-    if positional or "--host" in values or not limit.isdigit():
+    if positional or "--host" in values or "--tree" in values or not limit.isdigit():
         return None
     as_json = bool(values.get("--json"))
     if not (as_json or not sys.stdout.isatty()):
         return None  # a table: rich, through typer
-    return bool(values.get("--all")), int(limit)
+    group = values.get("--group")
+    return bool(values.get("--all")), int(limit), str(group) if group is not None else None
 
 
-def print_ps_json(state: State, *, show_all: bool, limit: int) -> None:
+def print_ps_json(state: State, *, show_all: bool, limit: int, group: str | None = None) -> None:
     """`ps` as JSON lines (one per job), its tmux note and its empty note on stderr."""
-    listing = rows(state, show_all=show_all, limit=limit)
+    listing = rows(state, show_all=show_all, limit=limit, group=group)
     if listing.tmux_note:
         say(listing.tmux_note)
     if not listing.rows:
@@ -54,6 +63,6 @@ def main_ps(argv: list[str]) -> int | None:
     options = parse_ps_args(argv)
     if options is None:
         return None
-    show_all, limit = options
-    print_ps_json(State.open(), show_all=show_all, limit=limit)
+    show_all, limit, group = options
+    print_ps_json(State.open(), show_all=show_all, limit=limit, group=group)
     return 0

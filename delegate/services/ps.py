@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 from delegate.adapters.sessions_db import SessionInventory
 from delegate.adapters.tmux import Tmux, socket_path_for
 from delegate.config.settings import TMUX_SOCKET_ENV
+from delegate.core.caps import waiting_for
+from delegate.core.errors import DelegateError
 from delegate.core.model import Job, JobState, Pane, Session, SessionState, TmuxView
 from delegate.core.timefmt import parse_timestamp, record_timestamp, seconds_between
 from delegate.services.state import State
@@ -38,6 +40,8 @@ class Row(NamedTuple):
     started_at: str | None = None
     ended_at: str | None = None
     last_detail: str = ""
+    group: str | None = None
+    waiting_for: str | None = None  # a queued job: why it has not started yet
 
     def to_dict(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in JSON_KEYS}
@@ -54,6 +58,8 @@ JSON_KEYS = (
     "last_event",
     "queue_position",
     "host",
+    "group",
+    "waiting_for",
 )
 
 
@@ -109,10 +115,27 @@ def job_timing(job: Job, now: datetime) -> tuple[float | None, str | None]:
     return seconds_between(job.created_at, stamp), None
 
 
-def _end_reason(job: Job, queue_position: int | None) -> str:
+def _end_reason(job: Job, queue_position: int | None, waiting: str | None) -> str:
     if queue_position is not None:
-        return f"queued #{queue_position}"
+        return f"queued #{queue_position}" + (f": {waiting}" if waiting else "")
     return (job.error or "-") if job.status.terminal else "-"
+
+
+def waiting_reasons(state: State, jobs: list[Job]) -> dict[str, str]:
+    """Why each queued job among `jobs` has not started: its dependencies, its group, a cap."""
+    queued = [j for j in jobs if j.status is JobState.QUEUED]
+    if not queued:
+        return {}
+    # services.jobs.launch (the caps of delegate.toml, tmux, the launcher): only with a queue
+    from delegate.services.jobs.launch import busy_now, caps, gate_for
+
+    cap, gate, busy = caps(state), gate_for(state, queued), busy_now(state)
+    open_jobs = state.registry.open_jobs()
+    reasons = {}
+    for job in queued:
+        others = [j for j in open_jobs if j.job_id != job.job_id]
+        reasons[job.job_id] = waiting_for(job, others, cap, busy, gate) or "a slot is free"
+    return reasons
 
 
 def rows(
@@ -121,9 +144,11 @@ def rows(
     show_all: bool = False,
     limit: int = 10,
     tmux: Tmux | None = None,
+    group: str | None = None,
 ) -> Listing:
     now = datetime.now(UTC)
-    jobs = _listed_jobs(state, show_all=show_all, limit=limit)
+    jobs = _listed_jobs(state, show_all=show_all, limit=limit, group=group)
+    waiting = waiting_reasons(state, jobs)
     names = sorted({j.session for j in jobs if j.session})
     inventory = SessionInventory(state.layout.sessions_db)
     sessions = (
@@ -164,18 +189,30 @@ def rows(
                 queue_position,
                 job.host,
                 duration_s=duration,
-                end_reason=_end_reason(job, queue_position),
+                end_reason=_end_reason(job, queue_position, waiting.get(job.job_id)),
                 started_at=job.started_at,
                 ended_at=ended,
                 last_detail=detail,
+                group=job.group,
+                waiting_for=waiting.get(job.job_id),
             )
         )
     return Listing(out, note)
 
 
-def _listed_jobs(state: State, *, show_all: bool, limit: int) -> list[Job]:
-    """Every job with `show_all`; else the open ones and the `limit` latest that ended."""
+def _listed_jobs(state: State, *, show_all: bool, limit: int, group: str | None) -> list[Job]:
+    """Every job with `show_all`; else the open ones and the `limit` latest that ended; with
+    `group`, only that group's (its finished ones looked for in the whole history)."""
     registry = state.registry
+    if group is not None:  # the whole history is read: a group's jobs have no index
+        listed = registry.list() if show_all or limit else registry.open_jobs()
+        mine = [j for j in listed if j.group == group]
+        if show_all:
+            return mine
+        ended = sorted(
+            (j for j in mine if j.status.terminal), key=lambda j: (j.created_at, j.job_id)
+        )
+        return [j for j in mine if not j.status.terminal] + (ended[-limit:] if limit else [])
     if show_all:
         return registry.list()
     return registry.open_jobs() + sorted(
@@ -231,3 +268,30 @@ def _liveness(job: Job, session: Session | None, view: TmuxView | None, pane: Pa
         # exiting at once) and cannot tell its status; the job's own record still has it.
         return f"exited {'?' if pane.exit_status is None else pane.exit_status}"
     return "alive"
+
+
+class DependencyGraph(NamedTuple):
+    """Open jobs with the jobs they wait for: the roots (waiting for none of them) and, per
+    job id, the jobs that wait for it."""
+
+    roots: list[Job]
+    dependents: dict[str, list[Job]]
+    waiting: dict[str, str]  # a queued job: why it has not started
+
+
+def dependency_graph(state: State, *, group: str | None = None) -> DependencyGraph:
+    """The `ps --tree` graph of the open jobs (of `group`), with the (maybe ended) jobs they
+    wait for."""
+    jobs = {j.job_id: j for j in state.registry.open_jobs() if group is None or j.group == group}
+    for dep in {d for j in list(jobs.values()) for d in j.after or ()} - jobs.keys():
+        try:
+            jobs[dep] = state.registry.get(dep)
+        except DelegateError:
+            continue
+    dependents: dict[str, list[Job]] = {}
+    for job in sorted(jobs.values(), key=lambda j: (j.created_at, j.job_id)):
+        for dep in job.after or ():
+            dependents.setdefault(dep, []).append(job)
+    roots = [j for j in jobs.values() if not set(j.after or ()) & jobs.keys()]
+    roots.sort(key=lambda j: (j.created_at, j.job_id))
+    return DependencyGraph(roots, dependents, waiting_reasons(state, list(jobs.values())))

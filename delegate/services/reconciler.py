@@ -43,7 +43,13 @@ from delegate.core.policy import (
 )
 from delegate.core.timefmt import record_timestamp
 from delegate.services.jobs.finish import AuditLine, end_job, event_ending
-from delegate.services.jobs.launch import caps, claim_and_launch, inventory, launcher_alive
+from delegate.services.jobs.launch import (
+    caps,
+    claim_and_launch,
+    gate_for,
+    inventory,
+    launcher_alive,
+)
 from delegate.services.state import State
 
 log = get_logger(__name__)
@@ -207,6 +213,7 @@ class Reconciler:
             assigned_at=assigned_at,
             queued_on_host=frozenset(queued_there),
             unseen_since=inventory(self.state).unseen(),
+            gate=gate_for(self.state, [j for j in jobs.values() if j.status is JobState.QUEUED]),
         )
         self.last_snapshot = snap
         return snap

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -12,7 +12,8 @@ from delegate.adapters.fsio import ensure_private_dir
 from delegate.adapters.registry import Registry
 from delegate.config.layout import Layout, bus_url, state_home
 from delegate.config.settings import BUS_ENV, settings
-from delegate.core.model import Job
+from delegate.core.errors import DelegateError
+from delegate.core.model import Job, JobState
 
 
 def strip_credentials(url: str) -> str:
@@ -66,6 +67,16 @@ class State:
         audit = AuditLog(layout.logs)
         registry = Registry(layout.jobs, on_change=audit.record_change)
         return cls(layout=layout, registry=registry, audit=audit, env=env)
+
+    def job_states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
+        """The state of each of `job_ids` that exists (and reads); the others are left out."""
+        states: dict[str, JobState] = {}
+        for job_id in job_ids:
+            try:
+                states[job_id] = self.registry.get(job_id).status
+            except DelegateError:
+                continue
+        return states
 
     def default_bus_url(self, explicit: str | None = None) -> str:
         return bus_url(self.layout, self.env, explicit)

@@ -24,6 +24,7 @@ event it receives, a terminal one included, before its reconcile pass ends the j
 
 from typing import Any, NamedTuple
 
+from delegate.core.caps import DEPENDENCY_FAILED, Gate, broken_dependency, dependency_failure
 from delegate.core.model import EventType, Job, JobState, SessionState
 from delegate.services.state import State
 
@@ -102,6 +103,8 @@ def end_job(
     job, changed = registry.record_end(
         job_id, target, reason=reason, by_event=by_event, before=write_reason
     )
+    if changed:
+        settle_dependents(state, job)
     if envelope is not None:
         # deferred: notifiers need subprocess, threading and tomllib (~15 ms), which the
         # publish hot path (it passes no envelope) never does
@@ -109,6 +112,31 @@ def end_job(
 
         notify(state, job, envelope, actor=actor)
     return Ending(job, changed)
+
+
+def settle_dependents(state: State, ended: Job) -> None:
+    """End at once every queued job waiting for `ended` whose rule it can no longer satisfy
+    (`dependency_failed`, naming that dependency); ending one settles its own dependents in
+    turn, so a failure travels down the whole graph in one go."""
+    waiting = [
+        j
+        for j in state.registry.open_jobs()
+        if j.status is JobState.QUEUED and ended.job_id in (j.after or ())
+    ]
+    for job in waiting:
+        gate = Gate(state.job_states(job.after or ()))
+        broken = broken_dependency(job.after, job.after_rule, gate)
+        if broken is None:
+            continue
+        reason = dependency_failure(broken, gate)
+        end_job(
+            state,
+            job.job_id,
+            JobState.ERROR,
+            reason=reason,
+            actor="dependency",
+            because=AuditLine(DEPENDENCY_FAILED, {"dependency": broken, "reason": reason}),
+        )
 
 
 def end_by_event(

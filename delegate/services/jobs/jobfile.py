@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,18 @@ from delegate.core.errors import ConfigError
 
 _PATHS = ("prompt_file", "workdir")
 _NUMBERS = ("wall_timeout", "idle_timeout")
-_TEXT = ("agent", "cmd", "prompt", "session", "bus", "idempotency_key", "on_event", "host")
+_TEXT = (
+    "agent",
+    "cmd",
+    "prompt",
+    "session",
+    "bus",
+    "idempotency_key",
+    "on_event",
+    "host",
+    "after_rule",
+    "group",
+)
 
 
 def merge_job_file(path: Path | None, **flags: Any) -> dict[str, Any]:
@@ -44,12 +56,30 @@ def _file_value(path: Path, name: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{path}: {name} must be a number of seconds")
         return float(value)
-    if name == "max_running":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{path}: max_running must be a positive integer")
-    elif name == "wait":
-        if not isinstance(value, bool):
-            raise ConfigError(f"{path}: wait must be true or false")
-    elif name in _TEXT and not isinstance(value, str):
-        raise ConfigError(f"{path}: {name} must be a string")
+    check = _CHECKS.get(name) or ((_is_text, "must be a string") if name in _TEXT else None)
+    if check is not None and not check[0](value):
+        raise ConfigError(f"{path}: {name} {check[1]}")
     return value
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _is_ids(value: Any) -> bool:
+    """A job file's `after`: one id (or `"a,b"`), or a list of ids."""
+    return isinstance(value, str) or (
+        isinstance(value, list) and all(isinstance(v, str) for v in value)
+    )
+
+
+# The other checked fields: a test of the value, and what the error says it must be.
+_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "max_running": (_is_positive_int, "must be a positive integer"),
+    "wait": (lambda value: isinstance(value, bool), "must be true or false"),
+    "after": (_is_ids, "must be a job id or a list of them"),
+}

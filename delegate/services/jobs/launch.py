@@ -10,16 +10,17 @@ import os
 import select
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from delegate.adapters.bus import keeps_history
+from delegate.adapters.groups import GroupBook
 from delegate.adapters.sessions_db import SessionError, SessionInventory
 from delegate.adapters.tmux import Tmux, process_start, processes_of_job, terminate
 from delegate.config.profiles import max_running_caps, read_config
 from delegate.config.settings import HOME_ENV, JOB_ENV, TMUX_SOCKET_ENV
-from delegate.core.caps import Caps, busy_sessions, may_start
+from delegate.core.caps import Caps, Gate, busy_sessions, may_start
 from delegate.core.errors import DelegateError
 from delegate.core.model import Job, JobState, SessionState
 from delegate.services.jobs.finish import end_job
@@ -38,11 +39,26 @@ def caps(state: State) -> Caps:
     return max_running_caps(read_config(state.layout.home, state.env).tables)
 
 
+def gate_for(state: State, jobs: Iterable[Job]) -> Gate:
+    """What decides the start of `jobs` besides the caps: the states of the jobs they wait for
+    and the queue groups' rules."""
+    # a dependency not found (or unreadable) is left out: one that can never succeed
+    dependencies = state.job_states({dep for job in jobs for dep in job.after or ()})
+    groups = GroupBook(state.layout.groups_book).rules() if any(j.group for j in jobs) else {}
+    return Gate(dependencies, groups)
+
+
+def busy_now(state: State) -> dict[str, str | None]:
+    """Job id -> agent of the sessions still recorded running a job (they hold their slots)."""
+    return busy_sessions(inventory(state).live())
+
+
 def start_policy(state: State, cap: Caps) -> Callable[[Job, list[Job]], bool]:
-    """The cap check the registry runs under its lock: open jobs, and sessions still running."""
+    """The start check the registry runs under its lock: its dependencies, its group, open jobs,
+    and sessions still running."""
 
     def decide(job: Job, others: list[Job]) -> bool:
-        return may_start(job, others, cap, busy_sessions(inventory(state).live()))
+        return may_start(job, others, cap, busy_now(state), gate_for(state, [job]))
 
     return decide
 

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from delegate.adapters.fsio import atomic_write
+from delegate.adapters.groups import GroupBook
 from delegate.adapters.tmux import Tmux, TmuxUnreachable, validate_session_name
 from delegate.config.profiles import Profile, read_config, resolve
 from delegate.core import hostproto
+from delegate.core.caps import AFTER_RULES, Gate, broken_dependency
 from delegate.core.errors import (
     DelegateError,
     IllegalTransition,
@@ -30,7 +32,7 @@ from delegate.core.errors import (
     UsageError,
     WaitInterrupted,
 )
-from delegate.core.model import Job, JobState, SessionState
+from delegate.core.model import Job, JobState, SessionState, validate_job_id
 from delegate.core.policy import SESSION_PREFIX
 from delegate.services.jobs import agent_env
 from delegate.services.jobs.finish import end_job
@@ -46,6 +48,7 @@ from delegate.services.jobs.launch import (
 )
 from delegate.services.jobs.register import register_job
 from delegate.services.jobs.watch import Watcher, WatchOutcome
+from delegate.services.ps import waiting_reasons
 from delegate.services.state import State
 
 SKILL_FILE = Path(__file__).resolve().parents[3] / "skills" / "delegate-job" / "SKILL.md"
@@ -64,6 +67,10 @@ class SubmitRequest(NamedTuple):
     idempotency_key: str | None = None
     max_running: int | None = None
     on_event: str | None = None
+    # `--after`: job ids it waits for; `--after-rule`: what their endings must be; `--group`
+    after: tuple[str, ...] = ()
+    after_rule: str | None = None
+    group: str | None = None
     # `session resume`: continue this conversation with the profile's `resume` command
     conversation_id: str | None = None
     # an agent host launching an assignment: the delegator's job id, the token from the host key
@@ -85,6 +92,9 @@ class SubmitRequest(NamedTuple):
             idempotency_key=settings["idempotency_key"],
             max_running=settings["max_running"],
             on_event=settings["on_event"],
+            after=parse_after(settings.get("after")),
+            after_rule=settings.get("after_rule"),
+            group=settings.get("group"),
         )
 
 
@@ -93,11 +103,48 @@ class SubmitResult(NamedTuple):
     created: bool
     outcome: WatchOutcome | None = None
     queue_position: int | None = None
+    waiting_for: str | None = None  # a queued job: why it has not started
 
 
 def _check_max_running(request: SubmitRequest) -> None:
     if request.max_running is not None and request.max_running < 1:
         raise UsageError("--max-running must be a positive integer")
+
+
+def parse_after(text: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """`--after A,B` (or a job file's list) as job ids, each checked, without repeats."""
+    if not text:
+        return ()
+    items = text.split(",") if isinstance(text, str) else list(text)
+    ids: list[str] = []
+    for item in items:
+        job_id = validate_job_id(str(item).strip())
+        if job_id not in ids:
+            ids.append(job_id)
+    return tuple(ids)
+
+
+def check_queue_rules(state: State, request: SubmitRequest) -> None:
+    """Refuse, before anything is recorded, a job that could never start: an unknown group or
+    dependency, an unknown rule, or a dependency whose ending already breaks the rule."""
+    if request.group is not None:
+        GroupBook(state.layout.groups_book).get(request.group)
+    if request.after_rule is not None and request.after_rule not in AFTER_RULES:
+        raise UsageError(
+            f"unknown --after-rule {request.after_rule!r}; expected one of {', '.join(AFTER_RULES)}"
+        )
+    if request.after_rule is not None and not request.after:
+        raise UsageError("--after-rule needs --after")
+    states = state.job_states(request.after)
+    for dep in request.after:
+        if dep not in states:
+            raise UsageError(f"--after {dep}: no such job")
+    broken = broken_dependency(request.after, request.after_rule, Gate(states))
+    if broken is not None:
+        raise UsageError(
+            f"job {broken} ended {states[broken].value}: the job could never start"
+            f" (--after-rule {request.after_rule or AFTER_RULES[0]})"
+        )
 
 
 def parse_on_event(text: str | None) -> list[str] | None:
@@ -182,6 +229,7 @@ def submit(
     if not workdir.is_dir():
         raise UsageError(f"--workdir {workdir} is not a directory")
     _check_max_running(request)
+    check_queue_rules(state, request)
     notify = parse_on_event(request.on_event)
     if request.session is not None:
         validate_session_name(request.session)
@@ -247,6 +295,8 @@ def submit_remote(
             " bytes an assignment may carry"
         )
     _check_max_running(request)
+    if request.after or request.group:
+        raise UsageError("--after and --group are not yet supported with --host")
     notify = parse_on_event(request.on_event)  # run here, by whoever sees the event first
     if request.session is not None:
         validate_session_name(request.session)
@@ -320,6 +370,9 @@ def _admit(
         max_running=request.max_running,
         notify=notify,
         conversation_id=request.conversation_id,
+        after=list(request.after) or None,
+        after_rule=request.after_rule if request.after else None,
+        group=request.group,
     )
     env = agent_env.build(
         state,
@@ -344,17 +397,19 @@ def _start(
     note: Callable[[str], None],
 ) -> SubmitResult:
     position: list[int | None] = [None]
+    waiting: list[str | None] = [None]
 
     def start() -> None:
         if job.status is JobState.QUEUED:  # a slot frees later: its supervisor launches it
             position[0] = queue_position(state, job.job_id)
+            waiting[0] = waiting_reasons(state, [job]).get(job.job_id)
         else:
             launch_in_tmux(state, job, tmux)
 
     result = _follow_and_start(
         state, job, wait=wait, emit=emit, start=start, failure="launch_failed", note=note
     )
-    return result._replace(queue_position=position[0])
+    return result._replace(queue_position=position[0], waiting_for=waiting[0])
 
 
 def _end_unstarted(state: State, job_id: str, failure: str, exc: BaseException) -> None:

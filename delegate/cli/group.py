@@ -1,0 +1,135 @@
+"""`delegate group add|set|pause|resume|list`: queue groups, each with its own cap and a pause.
+
+A job joins one with `submit --group NAME`. Caps are honoured together: the global and
+per-profile `max_running` of delegate.toml, the group's, and the job's own `--max-running`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, NamedTuple
+
+import typer
+
+from delegate.adapters.groups import GroupBook
+from delegate.adapters.terminal import Column, print_json, print_listing
+from delegate.cli.common import JsonOpt, open_state
+from delegate.core.caps import GroupRule, occupies_slot
+from delegate.core.errors import UsageError
+from delegate.core.model import JobState
+
+# The root-level group this module adds to `delegate` (cli/app.py's table).
+commands = typer.Typer()
+group_app = typer.Typer(
+    help="Queue groups: their own max_running, paused or not.", no_args_is_help=True
+)
+commands.add_typer(group_app, name="group")
+NameArg = Annotated[str, typer.Argument(help="The group's name.")]
+MaxRunningOpt = Annotated[
+    int | None,
+    typer.Option("--max-running", help="At most N of its jobs run at once (default: no cap)."),
+]
+
+
+def _book() -> GroupBook:
+    return GroupBook(open_state().layout.groups_book)
+
+
+def _said(name: str, rule: GroupRule, as_json: bool) -> None:
+    if as_json:
+        print_json({"group": name, "max_running": rule.max_running, "paused": rule.paused})
+        return
+    cap = f"max_running {rule.max_running}" if rule.max_running else "no cap of its own"
+    print(f"group {name}: {cap}{', paused' if rule.paused else ''}")
+
+
+@group_app.command("add")
+def group_add(name: NameArg, max_running: MaxRunningOpt = None, as_json: JsonOpt = False) -> int:
+    """Create a group.
+
+    Example: delegate group add nightly --max-running 2
+    """
+    _said(name, _book().add(name, max_running), as_json)
+    return 0
+
+
+@group_app.command("set")
+def group_set(
+    name: NameArg,
+    max_running: MaxRunningOpt = None,
+    no_cap: Annotated[bool, typer.Option("--no-cap", help="Remove its own cap.")] = False,
+    as_json: JsonOpt = False,
+) -> int:
+    """Change a group's cap; queued jobs start as soon as the new cap allows.
+
+    Example: delegate group set nightly --max-running 4
+    """
+    if (max_running is None) == (not no_cap):
+        raise UsageError("give --max-running N or --no-cap")
+    _said(name, _book().change(name, max_running=max_running), as_json)
+    return 0
+
+
+@group_app.command("pause")
+def group_pause(name: NameArg, as_json: JsonOpt = False) -> int:
+    """Start none of its jobs until resumed; running ones go on.
+
+    Example: delegate group pause nightly
+    """
+    _said(name, _book().change(name, paused=True), as_json)
+    return 0
+
+
+@group_app.command("resume")
+def group_resume(name: NameArg, as_json: JsonOpt = False) -> int:
+    """Let its queued jobs start again.
+
+    Example: delegate group resume nightly
+    """
+    _said(name, _book().change(name, paused=False), as_json)
+    return 0
+
+
+class GroupRow(NamedTuple):
+    group: str
+    max_running: int | None
+    paused: bool
+    running: int
+    queued: int
+
+
+@group_app.command("list")
+def group_list(as_json: JsonOpt = False) -> int:
+    """Every group: its cap, whether it is paused, its jobs running and queued.
+
+    Example: delegate group list
+    """
+    state = open_state()
+    rules = GroupBook(state.layout.groups_book).rules()
+    jobs = state.registry.open_jobs()
+    rows = []
+    for name, rule in sorted(rules.items()):
+        mine = [j for j in jobs if j.group == name]
+        running = sum(1 for j in mine if occupies_slot(j))
+        queued = sum(1 for j in mine if j.status is JobState.QUEUED)
+        rows.append(GroupRow(name, rule.max_running, rule.paused, running, queued))
+    print_listing(
+        rows,
+        [
+            Column("GROUP"),
+            Column("MAX", align="right"),
+            Column("PAUSED"),
+            Column("RUNNING", align="right"),
+            Column("QUEUED", align="right"),
+        ],
+        lambda r: [
+            r.group,
+            str(r.max_running or "-"),
+            "yes" if r.paused else "no",
+            str(r.running),
+            str(r.queued),
+        ],
+        as_json=as_json,
+        to_json=lambda r: r._asdict(),
+        empty="no groups (create one with `delegate group add NAME`)",
+    )
+    return 0
