@@ -522,6 +522,7 @@ _COORD = "delegate.cli.coord"
 _UPKEEP = "delegate.cli.upkeep"
 _CRON = "delegate.cli.cron"
 _HOSTS = "delegate.cli.hosts"
+_DASHBOARD = "delegate.cli.dashboard"
 ROOT_COMMANDS: dict[str, str] = {
     **dict.fromkeys(
         ("register", "publish", "hook", "watch", "jobs", "show", "logs", "cancel", "pick"), _HERE
@@ -534,6 +535,7 @@ ROOT_COMMANDS: dict[str, str] = {
     "cron": _CRON,
     **dict.fromkeys(("msg", "lock", "board", "bb", "bus", "claim"), _COORD),
     "host": _HOSTS,
+    "dashboard": _DASHBOARD,
 }
 
 
