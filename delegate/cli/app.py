@@ -578,6 +578,7 @@ _UPKEEP = "delegate.cli.upkeep"
 _CRON = "delegate.cli.cron"
 _HOSTS = "delegate.cli.hosts"
 _GROUP = "delegate.cli.group"
+_DASHBOARD = "delegate.cli.dashboard"
 ROOT_COMMANDS: dict[str, str] = {
     **dict.fromkeys(
         ("register", "publish", "hook", "watch", "jobs", "show", "logs", "cancel", "pick"), _HERE
@@ -591,6 +592,7 @@ ROOT_COMMANDS: dict[str, str] = {
     "group": _GROUP,
     **dict.fromkeys(("msg", "lock", "board", "bb", "bus", "claim"), _COORD),
     "host": _HOSTS,
+    "dashboard": _DASHBOARD,
 }
 
 

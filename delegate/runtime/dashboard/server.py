@@ -1,0 +1,284 @@
+"""The dashboard's web application (Starlette) and its server (uvicorn).
+
+The only module that imports the `web` extra. Every request passes the guard first (Host
+header, then the token's cookie); data routes call the same services as the CLI, in a worker
+thread, and `/events` streams the live table's changes as server-sent events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, NamedTuple
+from urllib.parse import urlencode
+
+import uvicorn
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from delegate.adapters.bus import open_bus
+from delegate.core.errors import DelegateError, InvalidJobId, JobNotFound
+from delegate.core.model import validate_job_id
+from delegate.runtime.dashboard import snapshot
+from delegate.runtime.dashboard.guard import COOKIE, CSRF_HEADER, Guard
+from delegate.runtime.dashboard.live import LiveTable
+from delegate.services.jobs.submit import cancel
+from delegate.services.session import send
+from delegate.services.state import State
+
+STATIC = Path(__file__).resolve().parent / "static"
+ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
+SEND_LIMIT = 4096  # characters one Send may type into a pane
+
+
+class Options(NamedTuple):
+    bind: str = "127.0.0.1"
+    port: int = 8765
+    read_only: bool = False
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    report_dir: Path = Path("delegate-report")
+    recent: int = 100  # ended jobs listed below the open ones
+
+
+def _forbidden() -> Response:
+    return PlainTextResponse(
+        "403 forbidden: open the dashboard with the URL (and token) it printed at start\n",
+        status_code=403,
+    )
+
+
+class GuardMiddleware:
+    """Host header, token and cookie, CSRF and read-only checks before any route runs."""
+
+    def __init__(self, app: ASGIApp, guard: Guard, *, secure: bool) -> None:
+        self.app = app
+        self.guard = guard
+        self.secure = secure
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        refusal = self._refusal(request)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _refusal(self, request: Request) -> Response | None:
+        guard = self.guard
+        if not guard.host_ok(request.headers.get("host")):
+            return PlainTextResponse("400 unknown Host header\n", status_code=400)
+        if "token" in request.query_params:
+            return self._enter(request)
+        if not guard.cookie_ok(request.cookies.get(COOKIE)):
+            return _forbidden()
+        if request.method == "GET":
+            return None
+        if guard.read_only:
+            return PlainTextResponse("403 the dashboard is read-only\n", status_code=403)
+        origin = request.headers.get("origin")
+        if origin is not None and origin != f"{request.url.scheme}://{request.headers['host']}":
+            return PlainTextResponse("403 cross-origin request\n", status_code=403)
+        if not guard.csrf_ok(request.headers.get(CSRF_HEADER)):
+            return PlainTextResponse("403 missing or wrong CSRF header\n", status_code=403)
+        return None
+
+    def _enter(self, request: Request) -> Response:
+        """A visit with the token: set the cookie and send the browser to the URL without it."""
+        if request.method != "GET" or not self.guard.token_ok(request.query_params.get("token")):
+            return _forbidden()
+        rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+        target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(
+            COOKIE, self.guard.session, httponly=True, samesite="strict", secure=self.secure
+        )
+        return response
+
+
+def _job_id(request: Request) -> str:
+    return validate_job_id(request.path_params["job_id"])
+
+
+def _error(exc: DelegateError) -> JSONResponse:
+    status = 404 if isinstance(exc, JobNotFound) else 400 if isinstance(exc, InvalidJobId) else 409
+    return JSONResponse({"error": str(exc)}, status_code=status)
+
+
+class Dashboard:
+    """The routes, over one opened state and its live table."""
+
+    def __init__(self, state: State, live: LiveTable, guard: Guard, options: Options) -> None:
+        self.state = state
+        self.live = live
+        self.guard = guard
+        self.options = options
+        page = (STATIC / "index.html").read_text()
+        self.page = page.replace("{{CSRF}}", guard.csrf).replace(
+            "{{READ_ONLY}}", "true" if options.read_only else "false"
+        )
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/", self.index),
+            Route("/static/{name}", self.asset),
+            Route("/api/jobs", self.jobs),
+            Route("/api/jobs/{job_id}", self.job),
+            Route("/api/jobs/{job_id}/cancel", self.cancel, methods=["POST"]),
+            Route("/api/jobs/{job_id}/send", self.send, methods=["POST"]),
+            Route("/api/hosts", self.hosts),
+            Route("/api/report", self.report_info),
+            Route("/report", self.report),
+            Route("/events", self.events),
+        ]
+
+    async def index(self, request: Request) -> Response:
+        return HTMLResponse(self.page, headers={"cache-control": "no-store"})
+
+    async def asset(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in ASSETS:
+            return PlainTextResponse("404\n", status_code=404)
+        return FileResponse(STATIC / name, media_type=ASSETS[name])
+
+    async def jobs(self, request: Request) -> Response:
+        return JSONResponse(self.live.snapshot())
+
+    async def job(self, request: Request) -> Response:
+        try:
+            detail = await run_in_threadpool(snapshot.job_detail, self.state, _job_id(request))
+        except DelegateError as exc:
+            return _error(exc)
+        return JSONResponse(detail)
+
+    async def hosts(self, request: Request) -> Response:
+        try:
+            rows = await run_in_threadpool(snapshot.hosts, self.state)
+        except DelegateError as exc:
+            return JSONResponse({"hosts": [], "note": str(exc)})
+        return JSONResponse({"hosts": rows, "note": None})
+
+    async def report_info(self, request: Request) -> Response:
+        return JSONResponse(snapshot.report_info(self.options.report_dir))
+
+    async def report(self, request: Request) -> Response:
+        page = snapshot.latest_report(self.options.report_dir)
+        if page is None:
+            return PlainTextResponse("no report yet: run `delegate report --format html`\n", 404)
+        return FileResponse(page, media_type="text/html")
+
+    async def cancel(self, request: Request) -> Response:
+        try:
+            done = await run_in_threadpool(cancel, self.state, _job_id(request))
+        except DelegateError as exc:
+            return _error(exc)
+        await run_in_threadpool(self.live.refresh)
+        return JSONResponse({"state": done.job.status.value, "note": done.session_note})
+
+    async def send(self, request: Request) -> Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        text = body.get("text") if isinstance(body, dict) else None
+        if not isinstance(text, str) or not text or len(text) > SEND_LIMIT:
+            return JSONResponse({"error": f"send needs text (1-{SEND_LIMIT} chars)"}, 400)
+        try:
+            job = await run_in_threadpool(self.state.registry.get, _job_id(request))
+            if not job.session:
+                return JSONResponse({"error": f"job {job.job_id} has no session"}, 409)
+            await run_in_threadpool(send, self.state, job.session, text)
+        except DelegateError as exc:
+            return _error(exc)
+        return JSONResponse({"sent": True})
+
+    async def events(self, request: Request) -> Response:
+        return EventSourceResponse(self._stream(), ping=15, send_timeout=30)
+
+    async def _stream(self) -> AsyncIterator[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        def listener(change: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, change)
+
+        first = self.live.listen(listener)
+        try:
+            yield {"event": "table", "data": json.dumps(first)}
+            while True:
+                change = await queue.get()
+                yield {"event": "table", "data": json.dumps(change)}
+        finally:
+            self.live.unlisten(listener)
+
+
+def build_app(state: State, live: LiveTable, guard: Guard, options: Options) -> ASGIApp:
+    dashboard = Dashboard(state, live, guard, options)
+    app = Starlette(routes=dashboard.routes())
+    return GuardMiddleware(app, guard, secure=options.tls_cert is not None)
+
+
+def _listen(bind: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((bind, port))
+    except OSError as exc:
+        sock.close()
+        raise DelegateError(f"cannot listen on {bind}:{port}: {exc.strerror}") from None
+    sock.listen(128)
+    return sock
+
+
+def url_for(options: Options, port: int, token: str) -> str:
+    scheme = "https" if options.tls_cert else "http"
+    host = f"[{options.bind}]" if ":" in options.bind else options.bind
+    return f"{scheme}://{host}:{port}/?token={token}"
+
+
+def serve(state: State, options: Options) -> int:
+    """Run the dashboard until SIGINT or SIGTERM. The token is made here, in this process,
+    and printed once inside the URL on stdout; it is never an argument nor logged."""
+    token = Guard.new_token()
+    guard = Guard(token, bind=options.bind, read_only=options.read_only)
+    sock = _listen(options.bind, options.port)
+    bus = open_bus(state.default_bus_url(), env=state.env)
+    live = LiveTable(state, bus, recent=options.recent)
+    live.start()
+    config = uvicorn.Config(
+        build_app(state, live, guard, options),
+        access_log=False,  # request lines would carry the token of a first visit
+        log_level="warning",
+        lifespan="off",
+        server_header=False,
+        timeout_graceful_shutdown=2,
+        ssl_certfile=options.tls_cert,
+        ssl_keyfile=options.tls_key,
+    )
+    print(url_for(options, sock.getsockname()[1], token), flush=True)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        live.stop()
+        bus.close()
+        sock.close()
+    return 0

@@ -1,0 +1,156 @@
+"""What the dashboard shows, as JSON-ready dicts, built from the services the CLI uses
+(`services.ps.rows` for the table, `services.logs` for a job's trail, `services.session.peek`
+for its pane, `services.remote.host_rows` for hosts): never a second copy of their logic."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from delegate.adapters.audit import parse_line
+from delegate.core.errors import DelegateError
+from delegate.core.model import Job
+from delegate.core.timefmt import record_timestamp
+from delegate.services import ps
+from delegate.services.logs import follow_log
+from delegate.services.remote import host_rows
+from delegate.services.session import peek
+from delegate.services.state import State
+
+# The record fields a page may show: never `auth_token` (it signs the job's events), nor the
+# bus settings or the launch argv, which are the toolkit's business.
+JOB_FIELDS = (
+    "job_id",
+    "agent",
+    "command",
+    "workdir",
+    "session",
+    "created_at",
+    "updated_at",
+    "started_at",
+    "last_event_at",
+    "last_seq",
+    "error",
+    "cost_usd",
+    "tokens_in",
+    "tokens_out",
+    "host",
+    "conversation_id",
+    "wall_timeout_s",
+    "idle_timeout_s",
+)
+TERMINAL_STATES = frozenset({"completed", "failed", "cancelled"})
+
+
+def row_dict(row: ps.Row, cost_usd: float | None) -> dict[str, Any]:
+    """One line of the jobs table: `ps`'s row with the cost from the job's record."""
+    return {
+        "job_id": row.job_id,
+        "state": row.job_state,
+        "agent": row.agent,
+        "session": row.session,
+        "tmux": row.tmux,
+        "age_s": row.age_s,
+        "duration_s": row.duration_s,
+        "last_event": row.last_event,
+        "last_detail": row.last_detail,
+        "queue_position": row.queue_position,
+        "host": row.host,
+        "end_reason": row.end_reason,
+        "started_at": row.started_at,
+        "ended_at": row.ended_at,
+        "cost_usd": cost_usd,
+    }
+
+
+class CostBook:
+    """The cost of each ended job, read once from its record (an ended record no longer changes;
+    an open job has no cost yet: the agent reports it with its final word)."""
+
+    def __init__(self, state: State) -> None:
+        self._state = state
+        self._known: dict[str, float | None] = {}
+
+    def cost(self, row: ps.Row) -> float | None:
+        if row.job_state not in TERMINAL_STATES:
+            return None
+        if row.job_id not in self._known:
+            try:
+                self._known[row.job_id] = self._state.registry.get(row.job_id).cost_usd
+            except DelegateError:
+                return None
+        return self._known[row.job_id]
+
+
+def table(state: State, costs: CostBook, *, recent: int) -> dict[str, Any]:
+    """The open jobs and the `recent` latest that ended, keyed by job id, as `ps` lists them."""
+    listing = ps.rows(state, limit=recent)
+    rows = {r.job_id: row_dict(r, costs.cost(r)) for r in listing.rows}
+    return {"rows": rows, "note": listing.tmux_note}
+
+
+def job_fields(job: Job) -> dict[str, Any]:
+    return {"state": job.status.value, **{name: getattr(job, name) for name in JOB_FIELDS}}
+
+
+def _timeline_entry(line: bytes) -> dict[str, Any] | None:
+    entry = parse_line(line)
+    if entry is None:
+        return None
+    envelope = entry.get("envelope")
+    detail = envelope.get("detail") if isinstance(envelope, dict) else entry.get("error")
+    return {
+        "ts": entry.get("ts"),
+        "kind": entry.get("kind"),
+        "seq": entry.get("seq"),
+        "event": entry.get("event") or entry.get("status"),
+        "detail": str(detail or ""),
+    }
+
+
+def job_detail(
+    state: State, job_id: str, *, pane_lines: int = 40, log_lines: int = 200
+) -> dict[str, Any]:
+    """A job's record, its event timeline and raw trail (`delegate logs`), and its pane's tail
+    (`delegate peek`); JobNotFound for an unknown id."""
+    job = state.registry.get(job_id)
+    lines: list[bytes] = []
+    follow_log(state, job_id, lines.append)
+    timeline = [e for e in map(_timeline_entry, lines) if e is not None]
+    pane: list[str] = []
+    pane_note = None
+    if job.session and not job.host:
+        try:
+            pane = peek(state, job.session, lines=pane_lines)
+        except DelegateError as exc:
+            pane_note = str(exc)
+    return {
+        "job": job_fields(job),
+        "timeline": timeline,
+        "logs": [line.decode("utf-8", "replace").rstrip("\n") for line in lines[-log_lines:]],
+        "pane": pane,
+        "pane_note": pane_note,
+    }
+
+
+def hosts(state: State) -> list[dict[str, Any]]:
+    """Each agent host and its presence, as `delegate host list` shows them."""
+    return host_rows(state, listen_s=0.5)
+
+
+def latest_report(folder: Path) -> Path | None:
+    """The newest HTML report in `folder` (where `delegate report --format html` writes)."""
+    try:
+        pages = [p for p in folder.glob("*.html") if p.is_file()]
+    except OSError:
+        return None
+    return max(pages, key=lambda p: p.stat().st_mtime_ns, default=None)
+
+
+def report_info(folder: Path) -> dict[str, Any]:
+    page = latest_report(folder)
+    if page is None:
+        return {"available": False, "folder": str(folder)}
+    written = datetime.fromtimestamp(page.stat().st_mtime, UTC)
+    return {"available": True, "name": page.name, "written_at": record_timestamp(written)}

@@ -1,0 +1,210 @@
+// The dashboard page: the jobs table kept live from /events, a job's detail, queue, hosts,
+// report. No framework, no build step.
+"use strict";
+const CSRF = document.querySelector('meta[name="csrf"]').content;
+const READ_ONLY = document.querySelector('meta[name="read-only"]').content === "true";
+const OPEN = new Set(["queued", "pending", "running"]);
+const rows = new Map(); // job id -> row from the server
+const $ = (sel) => document.querySelector(sel);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  for (const child of children) node.append(child);
+  return node;
+}
+
+function human(seconds) {
+  if (seconds == null) return "-";
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, "0")}s`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ${String(Math.floor(s / 60) % 60).padStart(2, "0")}m`;
+  return `${Math.floor(s / 86400)}d ${String(Math.floor(s / 3600) % 24).padStart(2, "0")}h`;
+}
+
+const since = (row) => Date.now() / 1000 - (row.as_of || Date.now() / 1000);
+const age = (row) => row.age_s + since(row);
+const duration = (row) =>
+  row.duration_s == null ? null : row.duration_s + (OPEN.has(row.state) ? since(row) : 0);
+const cost = (row) => (row.cost_usd == null ? "-" : `$${row.cost_usd.toFixed(2)}`);
+
+async function post(path, body) {
+  const response = await fetch(path, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-delegate-csrf": CSRF },
+    body: JSON.stringify(body || {}),
+  });
+  const answer = await response.json().catch(() => ({}));
+  if (!response.ok) alert(answer.error || `refused (${response.status})`);
+  return answer;
+}
+
+function actions(row) {
+  const cell = el("td", { class: "actions" });
+  if (READ_ONLY) return cell;
+  if (row.state === "running" && row.session !== "-") {
+    const b = el("button", { type: "button", "data-action": "send" }, "Send");
+    b.onclick = (e) => {
+      e.stopPropagation();
+      const text = prompt(`Type into ${row.session}:`);
+      if (text) post(`/api/jobs/${row.job_id}/send`, { text });
+    };
+    cell.append(b, " ");
+  }
+  if (OPEN.has(row.state)) {
+    const b = el("button", { type: "button", class: "danger", "data-action": "cancel" }, "Cancel");
+    b.onclick = (e) => {
+      e.stopPropagation();
+      if (confirm(`Cancel job ${row.job_id}?`)) post(`/api/jobs/${row.job_id}/cancel`);
+    };
+    cell.append(b);
+  }
+  return cell;
+}
+
+function rowNode(row) {
+  const tr = el("tr", { "data-job": row.job_id, "data-state": row.state });
+  const event = row.last_event + (row.last_detail ? ` · ${row.last_detail}` : "");
+  tr.append(
+    el("td", { class: "id" }, row.job_id),
+    el("td", { class: `state state-${row.state}` }, row.state),
+    el("td", { class: "agent" }, row.agent),
+    el("td", { class: "num age" }, human(age(row))),
+    el("td", { class: "num duration" }, human(duration(row))),
+    el("td", { class: "event" }, event || "-"),
+    el("td", { class: "num cost" }, cost(row)),
+    actions(row),
+  );
+  tr.onclick = () => showDetail(row.job_id);
+  return tr;
+}
+
+function order(a, b) {
+  const oa = OPEN.has(a.state), ob = OPEN.has(b.state);
+  if (oa !== ob) return oa ? -1 : 1;
+  const ca = a.as_of - a.age_s, cb = b.as_of - b.age_s; // when each was registered
+  return cb - ca || (a.job_id < b.job_id ? -1 : 1);
+}
+
+function matches(row) {
+  const words = $("#filter").value.trim().toLowerCase();
+  if (!words) return true;
+  const text = `${row.job_id} ${row.state} ${row.agent} ${row.last_event} ${row.last_detail}`;
+  return words.split(/\s+/).every((w) => text.toLowerCase().includes(w));
+}
+
+function renderAll() {
+  const body = $("#jobs tbody");
+  const shown = [...rows.values()].filter(matches).sort(order);
+  const fragment = document.createDocumentFragment();
+  for (const row of shown) fragment.append(rowNode(row));
+  body.replaceChildren(fragment);
+  $("#empty").hidden = shown.length > 0;
+  $("#count-jobs").textContent = `(${rows.size})`;
+  renderQueue();
+}
+
+function renderQueue() {
+  const queued = [...rows.values()].filter((r) => r.queue_position != null)
+    .sort((a, b) => a.queue_position - b.queue_position);
+  $("#queue tbody").replaceChildren(...queued.map((r) => {
+    const tr = el("tr", { "data-job": r.job_id }, el("td", { class: "num" }, String(r.queue_position)),
+      el("td", { class: "id" }, r.job_id), el("td", {}, r.agent),
+      el("td", { class: "num" }, human(duration(r))));
+    tr.onclick = () => showDetail(r.job_id);
+    return tr;
+  }));
+  $("#queue-empty").hidden = queued.length > 0;
+  $("#count-queue").textContent = queued.length ? `(${queued.length})` : "";
+}
+
+function applyChange(change) {
+  if (change.full) rows.clear();
+  let reorder = change.full;
+  for (const row of change.rows) {
+    const old = rows.get(row.job_id);
+    if (!old || OPEN.has(old.state) !== OPEN.has(row.state)) reorder = true;
+    rows.set(row.job_id, row);
+    if (!reorder) {
+      const tr = document.querySelector(`#jobs tr[data-job="${row.job_id}"]`);
+      if (tr) tr.replaceWith(rowNode(row));
+      else if (matches(row)) reorder = true;
+    }
+  }
+  for (const id of change.removed || []) { rows.delete(id); reorder = true; }
+  const note = $("#note");
+  note.hidden = !change.note;
+  note.textContent = change.note || "";
+  if (reorder) renderAll(); else renderQueue();
+  window.dispatchEvent(new CustomEvent("dashboard-table", { detail: change.version }));
+}
+
+function connect() {
+  const source = new EventSource("/events");
+  source.addEventListener("table", (e) => applyChange(JSON.parse(e.data)));
+  source.onopen = () => { $("#live").textContent = "live"; $("#live").classList.remove("off"); };
+  source.onerror = () => { $("#live").textContent = "reconnecting"; $("#live").classList.add("off"); };
+}
+
+async function showDetail(jobId) {
+  const response = await fetch(`/api/jobs/${jobId}`);
+  if (!response.ok) return;
+  const detail = await response.json();
+  $("#detail-title").textContent = `job ${jobId}`;
+  const fields = Object.entries(detail.job).filter(([, v]) => v != null && v !== "");
+  $("#detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, String(v))]));
+  $("#timeline").replaceChildren(...detail.timeline.map((e) => el("li", {},
+    `${(e.ts || "").replace("T", " ").slice(0, 19)}  ${e.kind}${e.event ? " " + e.event : ""}` +
+    `${e.seq != null ? " #" + e.seq : ""}${e.detail ? " · " + e.detail : ""}`)));
+  $("#pane").textContent = detail.pane.length ? detail.pane.join("\n") : (detail.pane_note || "(no pane)");
+  $("#logs").textContent = detail.logs.join("\n");
+  $("#detail").hidden = false;
+}
+
+async function loadHosts() {
+  const answer = await (await fetch("/api/hosts")).json();
+  $("#hosts tbody").replaceChildren(...answer.hosts.map((h) => el("tr", {},
+    el("td", {}, h.name), el("td", { class: h.online ? "state-completed" : "state-failed" }, h.online ? "online" : "offline"),
+    el("td", {}, h.last_seen || "never"), el("td", { class: "num" }, String(h.running_jobs)))));
+  const note = $("#hosts-note");
+  note.hidden = answer.hosts.length > 0 && !answer.note;
+  note.textContent = answer.note || "no agent hosts (add one with `delegate host add NAME`)";
+}
+
+async function loadReport() {
+  const info = await (await fetch("/api/report")).json();
+  const p = $("#report-info");
+  if (!info.available) {
+    p.textContent = `No report in ${info.folder} yet: run delegate report --format html --out ${info.folder}`;
+  } else {
+    p.replaceChildren("Latest report: ", el("a", { href: "/report", target: "_blank" }, info.name),
+      ` (written ${info.written_at})`);
+  }
+}
+
+function showTab() {
+  const tab = (location.hash || "#jobs").slice(1);
+  for (const name of ["jobs", "queue", "hosts", "report"]) {
+    $(`#tab-${name}`).hidden = name !== tab;
+    document.querySelector(`nav a[data-tab="${name}"]`).classList.toggle("active", name === tab);
+  }
+  if (tab === "hosts") loadHosts();
+  if (tab === "report") loadReport();
+}
+
+function tick() {
+  for (const tr of document.querySelectorAll("#jobs tbody tr")) {
+    const row = rows.get(tr.dataset.job);
+    if (!row || !OPEN.has(row.state)) continue;
+    tr.querySelector(".age").textContent = human(age(row));
+    tr.querySelector(".duration").textContent = human(duration(row));
+  }
+}
+
+$("#filter").addEventListener("input", renderAll);
+$("#detail-close").onclick = () => { $("#detail").hidden = true; };
+window.addEventListener("hashchange", showTab);
+showTab();
+connect();
+setInterval(tick, 1000);

@@ -1,0 +1,314 @@
+"""`delegate dashboard` with real parts: the server as a subprocess on a free port over a real
+state directory and a private tmux server, driven by headless Chromium (Playwright) and by
+plain HTTP requests for what a browser would not send."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import urlsplit
+
+import pytest
+
+from delegate.adapters.tmux import Tmux
+from delegate.core.model import JobState
+from delegate.services.jobs.register import register_job
+from delegate.services.state import State
+
+from .helpers import cli_env, delegate_cmd, retry_until, run_cli, submit_shell
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+pytest.importorskip("sse_starlette")
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(__file__).resolve().parent.parent / ".cache" / "artifacts"
+
+
+class Server(NamedTuple):
+    proc: subprocess.Popen[str]
+    url: str  # as printed: with the token
+    port: int
+    token: str
+
+
+def open_state(home: Path) -> State:
+    return State.open(env={"DELEGATE_HOME": str(home)})
+
+
+def start_server(home: Path, env: dict[str, str], *args: str) -> Server:
+    proc = subprocess.Popen(
+        delegate_cmd("dashboard", "--port", "0", *args),
+        env=cli_env(home, env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    url = proc.stdout.readline().strip()
+    assert url.startswith("http://127.0.0.1:"), (url, proc.poll())
+    parts = urlsplit(url)
+    assert parts.port is not None
+    return Server(proc, url, parts.port, parts.query.removeprefix("token="))
+
+
+def stop_server(server: Server) -> tuple[str, str]:
+    """Stop it with SIGTERM (as a person's Ctrl-C would) and return what it wrote."""
+    server.proc.send_signal(signal.SIGTERM)
+    try:
+        out, err = server.proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+        out, err = server.proc.communicate()
+    return out, err
+
+
+@pytest.fixture
+def served(home: Path, tmux_env: dict[str, str]) -> Iterator[Server]:
+    server = start_server(home, tmux_env)
+    yield server
+    if server.proc.poll() is None:
+        stop_server(server)
+
+
+def request(
+    server: Server,
+    method: str,
+    path: str,
+    *,
+    headers: dict[str, str] | None = None,
+    body: bytes | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+def session_cookie(server: Server) -> str:
+    """The cookie a first visit with the token sets (and check how it is set)."""
+    status, headers, _ = request(server, "GET", f"/?token={server.token}")
+    assert status == 303 and headers["location"] == "/"
+    cookie = headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    assert server.token not in cookie  # a value derived from the token, never the token
+    return cookie.split(";", 1)[0]
+
+
+def save_artifact(shot: Path) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shot, ARTIFACTS / shot.name)
+    print(f"screenshot: {shot}\nscreenshot: {ARTIFACTS / shot.name}")
+
+
+def row_state(page, job_id: str) -> str | None:
+    cell = page.query_selector(f'#jobs tr[data-job="{job_id}"] td.state')
+    return cell.inner_text() if cell else None
+
+
+@pytest.mark.timeout(120)
+def test_the_page_shows_jobs_live_and_cancels_one(
+    home: Path, tmux_env: dict[str, str], tmp_path: Path
+):
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    playwright = pytest.importorskip("playwright.sync_api")
+    state = open_state(home)
+    registered = {register_job(state, command=f"echo {i}")[0].job_id for i in range(50)}
+    server = start_server(home, tmux_env)
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on("dialog", lambda dialog: dialog.accept())
+            page.goto(server.url)
+            assert page.url == f"http://127.0.0.1:{server.port}/"  # the token left the URL
+            page.wait_for_function("document.querySelectorAll('#jobs tbody tr').length === 50")
+            shown = set(
+                page.eval_on_selector_all("#jobs tbody tr", "r => r.map(x => x.dataset.job)")
+            )
+            assert shown == registered
+            for width in (1280, 800):
+                page.set_viewport_size({"width": width, "height": 900})
+                shot = tmp_path / f"dashboard-{width}px.png"
+                page.screenshot(path=str(shot), full_page=False)
+                save_artifact(shot)
+                assert page.evaluate("document.documentElement.scrollWidth") <= width + 1
+            page.evaluate("window.notReloaded = true")
+
+            # a job started now appears, and its `completed` changes its row, without reload
+            done = submit_shell(home, tmux_env, tmp_path, "sleep 1", "--no-wait", "--json")
+            assert done.returncode == 0, done.stderr
+            quick = json.loads(done.stdout)["job_id"]
+            page.wait_for_selector(f'#jobs tr[data-job="{quick}"]', timeout=15_000)
+            page.wait_for_selector(
+                f'#jobs tr[data-job="{quick}"][data-state="completed"]', timeout=30_000
+            )
+            assert "completed" in page.inner_text(f'#jobs tr[data-job="{quick}"] td.event')
+            assert page.evaluate("window.notReloaded") is True
+
+            # Cancel on a running job ends it: the registry says cancelled, the pane is gone
+            hang = submit_shell(home, tmux_env, tmp_path, "sleep 300", "--no-wait", "--json")
+            assert hang.returncode == 0, hang.stderr
+            running = json.loads(hang.stdout)["job_id"]
+            retry_until(lambda: state.registry.get(running).status is JobState.RUNNING, timeout=30)
+            page.wait_for_selector(
+                f'#jobs tr[data-job="{running}"][data-state="running"]', timeout=10_000
+            )
+            page.click(f'#jobs tr[data-job="{running}"] button[data-action="cancel"]')
+            page.wait_for_selector(
+                f'#jobs tr[data-job="{running}"][data-state="cancelled"]', timeout=15_000
+            )
+            assert state.registry.get(running).status is JobState.CANCELLED
+            tmux = Tmux(tmux_env["DELEGATE_TMUX_SOCKET"])
+            retry_until(
+                lambda: all(pane.session != f"dlg-{running}" for pane in tmux.panes()), timeout=10
+            )
+
+            # the detail of a job: its timeline from the audit log
+            page.click(f'#jobs tr[data-job="{quick}"] td.id')
+            page.wait_for_selector("#detail:not([hidden])")
+            assert "completed" in page.inner_text("#timeline")
+            shot = tmp_path / "dashboard-detail-1280px.png"
+            page.set_viewport_size({"width": 1280, "height": 900})
+            page.screenshot(path=str(shot))
+            save_artifact(shot)
+            browser.close()
+    finally:
+        _out, err = stop_server(server)
+    assert server.token not in err
+
+
+def test_without_the_token_nothing_is_shown_nor_changed(home: Path, tmux_env, served: Server):
+    state = open_state(home)
+    job = register_job(state, command="echo hi")[0]
+    for path in ("/", "/api/jobs", f"/api/jobs/{job.job_id}", "/events", "/static/app.js"):
+        status, _, body = request(served, "GET", path)
+        assert status == 403, path
+        assert job.job_id.encode() not in body
+    wrong = request(served, "GET", "/?token=" + "x" * len(served.token))
+    assert wrong[0] == 403 and "set-cookie" not in wrong[1]
+
+    # a POST without the token (cookie) changes nothing; nor one with the cookie but no CSRF
+    # header (another site's form), nor one from another origin
+    cancel = f"/api/jobs/{job.job_id}/cancel"
+    assert request(served, "POST", cancel)[0] == 403
+    cookie = session_cookie(served)
+    assert request(served, "POST", cancel, headers={"Cookie": cookie})[0] == 403
+    page = request(served, "GET", "/", headers={"Cookie": cookie})[2].decode()
+    csrf = page.split('name="csrf" content="', 1)[1].split('"', 1)[0]
+    foreign = {"Cookie": cookie, "x-delegate-csrf": csrf, "Origin": "http://evil.example"}
+    assert request(served, "POST", cancel, headers=foreign)[0] == 403
+    assert state.registry.get(job.job_id).status is JobState.PENDING
+
+    # with all of them it is cancelled
+    status, _, body = request(
+        served, "POST", cancel, headers={"Cookie": cookie, "x-delegate-csrf": csrf}
+    )
+    assert status == 200, body
+    assert state.registry.get(job.job_id).status is JobState.CANCELLED
+
+
+def test_token_never_logged_nor_in_argv_and_foreign_hosts_refused(served: Server):
+    cmdline = Path(f"/proc/{served.proc.pid}/cmdline").read_bytes()
+    assert served.token.encode() not in cmdline
+    cookie = session_cookie(served)  # a request carrying the token in its query string
+    assert request(served, "GET", "/api/jobs", headers={"Cookie": cookie})[0] == 200
+    for host in ("evil.example", "evil.example:80", "127.0.0.1.nip.io"):
+        status, _, body = request(
+            served, "GET", "/api/jobs", headers={"Cookie": cookie, "Host": host}
+        )
+        assert status == 400, host
+        assert b"rows" not in body
+    assert (
+        request(served, "GET", "/api/jobs", headers={"Cookie": cookie, "Host": "localhost:1"})[0]
+        == 200
+    )
+    out, err = stop_server(served)
+    assert served.token not in err
+    assert served.token in served.url and served.token not in out  # printed once, in the URL
+
+
+def test_read_only_refuses_actions(home: Path, tmux_env):
+    state = open_state(home)
+    job = register_job(state, command="echo hi")[0]
+    server = start_server(home, tmux_env, "--read-only")
+    try:
+        cookie = session_cookie(server)
+        page = request(server, "GET", "/", headers={"Cookie": cookie})[2].decode()
+        assert '<meta name="read-only" content="true">' in page
+        csrf = page.split('name="csrf" content="', 1)[1].split('"', 1)[0]
+        headers = {"Cookie": cookie, "x-delegate-csrf": csrf}
+        assert request(server, "POST", f"/api/jobs/{job.job_id}/cancel", headers=headers)[0] == 403
+        assert state.registry.get(job.job_id).status is JobState.PENDING
+    finally:
+        stop_server(server)
+
+
+def test_binding_beyond_loopback_needs_tls_or_insecure(home: Path):
+    refused = run_cli(home, "dashboard", "--bind", "0.0.0.0", "--port", "0", timeout=30)
+    assert refused.returncode != 0
+    [line] = refused.stderr.strip().splitlines()
+    assert "--tls-cert" in line and "--insecure" in line
+    half = run_cli(home, "dashboard", "--tls-cert", "c.pem", timeout=30)
+    assert half.returncode != 0 and "--tls-key" in half.stderr
+
+
+BLOCK_WEB = """
+import sys
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("starlette", "uvicorn", "sse_starlette"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Blocker())
+from delegate.__main__ import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_without_the_web_extra_it_says_how_to_install_it(home: Path):
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_WEB, "dashboard", "--port", "0"],
+        env=cli_env(home),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode != 0
+    [line] = done.stderr.strip().splitlines()
+    assert "pip install 'delegate[web]'" in line
+    assert done.stdout == ""
+
+
+def test_the_rest_of_the_toolkit_never_loads_the_web_extra(home: Path):
+    probe = (
+        "import sys\nfrom delegate.__main__ import main\ncode = main(sys.argv[1:])\n"
+        "web = {'starlette', 'uvicorn', 'sse_starlette'}\n"
+        "loaded = {n.split('.')[0] for n in sys.modules} & web\n"
+        "sys.stderr.write('\\nLOADED ' + repr(sorted(loaded)))\nsys.exit(code)\n"
+    )
+    for argv in (["ps"], ["--help"]):
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *argv], env=cli_env(home), capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.strip().splitlines()[-1] == "LOADED []", argv
