@@ -149,6 +149,8 @@ class Job(NamedTuple):
     tokens_out: int | None = None
     # The agent host it was assigned to (`submit --host NAME`); None: this machine's tmux.
     host: str | None = None
+    # The job that submitted it (a sub-job an agent started through `delegate mcp`).
+    parent: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._asdict()

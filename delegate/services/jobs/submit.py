@@ -69,6 +69,10 @@ class SubmitRequest(NamedTuple):
     # an agent host launching an assignment: the delegator's job id, the token from the host key
     job_id: str | None = None
     token_for: Callable[[str], str] | None = None
+    # a sub-job: the job that submitted it (`delegate mcp`'s job_submit)
+    parent: str | None = None
+    # `--no-mcp`: the claude and codex profiles do not register `delegate mcp` for the job
+    no_mcp: bool = False
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], prompt: bytes) -> "SubmitRequest":
@@ -210,6 +214,7 @@ def submit(
         bus_url=request.bus_url,
         job_id=request.job_id,
         token_for=request.token_for,
+        parent=request.parent,
     )
     if not created:  # the same idempotency key: never launch twice
         return _follow_existing(state, job, wait=wait, emit=emit, note=note)
