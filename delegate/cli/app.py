@@ -534,6 +534,7 @@ ROOT_COMMANDS: dict[str, str] = {
     "cron": _CRON,
     **dict.fromkeys(("msg", "lock", "board", "bb", "bus", "claim"), _COORD),
     "host": _HOSTS,
+    "mcp": "delegate.cli.mcp",
 }
 
 
