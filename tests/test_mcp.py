@@ -5,6 +5,8 @@ refused to job B, a sub-job that shows its parent in `delegate show`."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 
 from delegate.core.model import Job
+from delegate.services.jobs import mcp_config
 from delegate.services.jobs.publish import publish_event
 from delegate.services.jobs.register import register_job
 from delegate.services.state import State
@@ -235,3 +238,51 @@ def test_without_the_sdk_it_says_how_to_install_it(home: Path, tmp_path: Path) -
     assert result.stderr.strip().splitlines() == [
         "delegate: delegate mcp needs the MCP SDK: pip install 'delegate[mcp]'"
     ]
+
+
+CLAUDE = Path(__file__).resolve().parents[1] / ".cache/agents/node_modules/.bin/claude"
+
+
+def test_claude_and_codex_get_the_server_and_nothing_secret(state: State, tmp_path: Path) -> None:
+    job = new_job(state)
+    env = {"DELEGATE_JOB_ID": job.job_id, "DELEGATE_HOME": str(state.layout.home)}
+    job_dir = state.audit.job_dir(job.job_id, create=True)
+    claude = mcp_config.register("claude", ["claude", "-p"], job_dir, env)
+    config_file = job_dir / "mcp.json"
+    assert claude == ["claude", "-p", "--mcp-config", str(config_file)]
+    assert config_file.stat().st_mode & 0o777 == 0o600
+    server = json.loads(config_file.read_text())["mcpServers"]["delegate"]
+    assert server["args"] == ["-m", "delegate.entry.mcp"] and server["env"] == env
+    codex = mcp_config.register("codex", ["codex", "exec", "--json", "-"], job_dir, env)
+    assert codex[:2] == ["codex", "exec"] and codex[-2:] == ["--json", "-"]
+    assert f'mcp_servers.delegate.env.DELEGATE_JOB_ID="{job.job_id}"' in codex
+    assert job.auth_token not in " ".join(codex) + config_file.read_text()
+    assert mcp_config.register("shell", ["bash", "x"], job_dir, env) == ["bash", "x"]
+
+
+def test_the_pinned_claude_cli_lists_the_generated_server(state: State, tmp_path: Path) -> None:
+    """`claude mcp list` ignores --mcp-config; it reads a project's .mcp.json, which has the
+    same format: the generated file there is listed (pending approval, nothing started)."""
+    claude = (
+        CLAUDE if CLAUDE.exists() else Path("/work/main") / CLAUDE.relative_to(CLAUDE.parents[4])
+    )
+    if not claude.exists():
+        pytest.skip("the pinned claude CLI is not installed (make installs it under .cache/agents)")
+    job = new_job(state)
+    job_dir = state.audit.job_dir(job.job_id, create=True)
+    mcp_config.register("claude", ["claude"], job_dir, {"DELEGATE_JOB_ID": job.job_id})
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".mcp.json").write_bytes((job_dir / "mcp.json").read_bytes())
+    (tmp_path / "claudehome").mkdir()
+    listed = subprocess.run(
+        [str(CLAUDE), "mcp", "get", "delegate"],
+        cwd=project,
+        env={"HOME": str(tmp_path / "claudehome"), "PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert f"{sys.executable}" in listed.stdout and "-m delegate.entry.mcp" in listed.stdout
+    assert f"DELEGATE_JOB_ID={job.job_id}" in listed.stdout

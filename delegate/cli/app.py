@@ -389,6 +389,12 @@ def submit(
         str | None,
         typer.Option("--host", help="Run it on this agent host (see `delegate host`)."),
     ] = None,
+    no_mcp: Annotated[
+        bool,
+        typer.Option(
+            "--no-mcp", help="Do not register `delegate mcp` with a claude or codex agent."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> int:
     """Hand a task to an agent in a new tmux session and follow it.
@@ -419,7 +425,7 @@ def submit(
         host=host,
     )
     text = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=sys.stdin)
-    request = SubmitRequest.from_settings(settings, text)
+    request = SubmitRequest.from_settings(settings, text)._replace(no_mcp=no_mcp)
     # cron, scripts and pipes get the job id at once; a person at a terminal sees it through
     waiting = sys.stdout.isatty() if settings["wait"] is None else bool(settings["wait"])
     emit = event_printer(as_json)

@@ -7,11 +7,11 @@ Without the SDK (the `mcp` extra) it says in one line how to install it and exit
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 
 from delegate.config import logsetup
 from delegate.core.errors import DelegateError, guarded
+from delegate.services.jobs.mcp_config import mcp_available
 
 INSTALL_HINT = "delegate mcp needs the MCP SDK: pip install 'delegate[mcp]'"
 
@@ -21,14 +21,6 @@ class McpMissing(DelegateError):
 
     def __init__(self) -> None:
         super().__init__(INSTALL_HINT)
-
-
-def mcp_available() -> bool:
-    """Whether the MCP SDK is installed (found without importing it)."""
-    try:
-        return importlib.util.find_spec("mcp") is not None
-    except (ImportError, ValueError):  # a finder that refuses it, a broken install
-        return False
 
 
 def main_mcp() -> int:

@@ -32,7 +32,7 @@ from delegate.core.errors import (
 )
 from delegate.core.model import Job, JobState, SessionState
 from delegate.core.policy import SESSION_PREFIX
-from delegate.services.jobs import agent_env
+from delegate.services.jobs import agent_env, mcp_config
 from delegate.services.jobs.finish import end_job
 from delegate.services.jobs.launch import (
     caps,
@@ -304,14 +304,24 @@ def _admit(
     if profile.channel == "claude-stream":
         settings_path = job_dir / "claude-settings.json"
         atomic_write(settings_path, claude_settings())
+    argv = profile.argv(
+        prompt_file=prompt_path,
+        workdir=workdir,
+        job_id=job.job_id,
+        settings_file=settings_path,
+        conversation_id=request.conversation_id,
+    )
+    env = agent_env.build(
+        state,
+        profile,
+        job_id=job.job_id,
+        bus_url=state.bus_url_for(job),
+        tmux_socket=tmux.socket_path,
+    )
+    if not request.no_mcp:
+        argv = mcp_config.register(profile.name, argv, job_dir, env)
     launch = {
-        "argv": profile.argv(
-            prompt_file=prompt_path,
-            workdir=workdir,
-            job_id=job.job_id,
-            settings_file=settings_path,
-            conversation_id=request.conversation_id,
-        ),
+        "argv": argv,
         "prompt": profile.prompt,
         "prompt_path": str(prompt_path),
         "clean_exit": profile.clean_exit,
@@ -325,13 +335,6 @@ def _admit(
         max_running=request.max_running,
         notify=notify,
         conversation_id=request.conversation_id,
-    )
-    env = agent_env.build(
-        state,
-        profile,
-        job_id=job.job_id,
-        bus_url=state.bus_url_for(job),
-        tmux_socket=tmux.socket_path,
     )
     agent_env.save(state, job.job_id, env)
     return state.registry.admit(
