@@ -7,8 +7,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # What people run (the toolkit and the Spark report), and what the tests add to it.
-DEMO_EXTRAS := spark,web
-TEST_EXTRAS := dev,spark,web
+DEMO_EXTRAS := spark,web,mcp
+TEST_EXTRAS := dev,spark,web,mcp
 
 .PHONY: all setup setup-demo system system-demo venv venv-demo bytecode agents demo test lint \
 	format bench clean

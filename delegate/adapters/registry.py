@@ -273,6 +273,7 @@ class Registry:
         token_for: Callable[[str], str] | None = None,
         host: str | None = None,
         launcher: dict[str, Any] | None = None,
+        parent: str | None = None,
     ) -> tuple[Job, bool]:
         """Create a pending job; return (job, created). `launcher`: the process that will
         start it (a remote job is claimed from birth: it is admitted by no one else).
@@ -327,6 +328,7 @@ class Registry:
                 launch=dict(launch or {}),
                 host=host,
                 launcher=launcher,
+                parent=parent,
             )
             self._set_open_marker(job_id, True)
             self._set_pending_marker(job_id, True)

@@ -412,6 +412,12 @@ def submit(
             "--group", "-g", help="Queue group (see `delegate group`): its cap and pause."
         ),
     ] = None,
+    no_mcp: Annotated[
+        bool,
+        typer.Option(
+            "--no-mcp", help="Do not register `delegate mcp` with a claude or codex agent."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> int:
     """Hand a task to an agent in a new tmux session and follow it.
@@ -445,7 +451,7 @@ def submit(
         group=group,
     )
     text = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=sys.stdin)
-    request = SubmitRequest.from_settings(settings, text)
+    request = SubmitRequest.from_settings(settings, text)._replace(no_mcp=no_mcp)
     # cron, scripts and pipes get the job id at once; a person at a terminal sees it through
     waiting = sys.stdout.isatty() if settings["wait"] is None else bool(settings["wait"])
     emit = event_printer(as_json)
@@ -593,6 +599,7 @@ ROOT_COMMANDS: dict[str, str] = {
     **dict.fromkeys(("msg", "lock", "board", "bb", "bus", "claim"), _COORD),
     "host": _HOSTS,
     "dashboard": _DASHBOARD,
+    "mcp": "delegate.cli.mcp",
 }
 
 

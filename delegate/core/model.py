@@ -154,6 +154,8 @@ class Job(NamedTuple):
     after_rule: str | None = None
     # `submit --group`: the queue group whose caps and pause it follows.
     group: str | None = None
+    # The job that submitted it (a sub-job an agent started through `delegate mcp`).
+    parent: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._asdict()

@@ -36,6 +36,7 @@ def register_job(
     token_for: Callable[[str], str] | None = None,
     host: str | None = None,
     launcher: dict[str, Any] | None = None,
+    parent: str | None = None,
 ) -> tuple[Job, bool]:
     """Create a pending job (or return the one an idempotency key already made)."""
     if idempotency_key is not None and not idempotency_key.strip():
@@ -54,6 +55,7 @@ def register_job(
         token_for=token_for,
         host=host,
         launcher=launcher,
+        parent=parent,
     )
 
 

@@ -34,7 +34,7 @@ from delegate.core.errors import (
 )
 from delegate.core.model import Job, JobState, SessionState, validate_job_id
 from delegate.core.policy import SESSION_PREFIX
-from delegate.services.jobs import agent_env
+from delegate.services.jobs import agent_env, mcp_config
 from delegate.services.jobs.finish import end_job
 from delegate.services.jobs.launch import (
     caps,
@@ -76,6 +76,10 @@ class SubmitRequest(NamedTuple):
     # an agent host launching an assignment: the delegator's job id, the token from the host key
     job_id: str | None = None
     token_for: Callable[[str], str] | None = None
+    # a sub-job: the job that submitted it (`delegate mcp`'s job_submit)
+    parent: str | None = None
+    # `--no-mcp`: the claude and codex profiles do not register `delegate mcp` for the job
+    no_mcp: bool = False
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], prompt: bytes) -> "SubmitRequest":
@@ -258,6 +262,7 @@ def submit(
         bus_url=request.bus_url,
         job_id=request.job_id,
         token_for=request.token_for,
+        parent=request.parent,
     )
     if not created:  # the same idempotency key: never launch twice
         return _follow_existing(state, job, wait=wait, emit=emit, note=note)
@@ -349,14 +354,24 @@ def _admit(
     if profile.channel == "claude-stream":
         settings_path = job_dir / "claude-settings.json"
         atomic_write(settings_path, claude_settings())
+    argv = profile.argv(
+        prompt_file=prompt_path,
+        workdir=workdir,
+        job_id=job.job_id,
+        settings_file=settings_path,
+        conversation_id=request.conversation_id,
+    )
+    env = agent_env.build(
+        state,
+        profile,
+        job_id=job.job_id,
+        bus_url=state.bus_url_for(job),
+        tmux_socket=tmux.socket_path,
+    )
+    if not request.no_mcp:
+        argv = mcp_config.register(profile.name, argv, job_dir, env)
     launch = {
-        "argv": profile.argv(
-            prompt_file=prompt_path,
-            workdir=workdir,
-            job_id=job.job_id,
-            settings_file=settings_path,
-            conversation_id=request.conversation_id,
-        ),
+        "argv": argv,
         "prompt": profile.prompt,
         "prompt_path": str(prompt_path),
         "clean_exit": profile.clean_exit,
@@ -373,13 +388,6 @@ def _admit(
         after=list(request.after) or None,
         after_rule=request.after_rule if request.after else None,
         group=request.group,
-    )
-    env = agent_env.build(
-        state,
-        profile,
-        job_id=job.job_id,
-        bus_url=state.bus_url_for(job),
-        tmux_socket=tmux.socket_path,
     )
     agent_env.save(state, job.job_id, env)
     return state.registry.admit(

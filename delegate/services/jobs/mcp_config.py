@@ -1,0 +1,57 @@
+"""Registering `delegate mcp` with a job's agent: Claude gets a 0600 `--mcp-config` file in the
+job's log folder, Codex `-c mcp_servers.delegate.*` overrides. Neither carries a secret: the
+server proves who it is from the job's own files (entry/mcp_server.identify).
+
+Only the claude and codex profiles (or profiles of that name), only when the MCP SDK is
+installed (the `mcp` extra), and never for `submit --no-mcp`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from delegate.adapters.fsio import atomic_write
+from delegate.config.settings import HOME_ENV, JOB_ENV
+
+CONFIG_FILE = "mcp.json"
+SERVER_NAME = "delegate"
+SERVER_MODULE = "delegate.entry.mcp"  # `python -m` it: no typer on every agent start
+
+
+def mcp_available() -> bool:
+    """Whether the MCP SDK is installed (found without importing it)."""
+    try:
+        return importlib.util.find_spec("mcp") is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a broken install
+        return False
+
+
+def server_entry(env: Mapping[str, str]) -> dict[str, object]:
+    """How the agent starts the server: this installation's Python, and the variables that
+    name the job (an MCP client may not pass its own environment on)."""
+    keep = {name: env[name] for name in (JOB_ENV, HOME_ENV) if env.get(name)}
+    return {"command": sys.executable, "args": ["-m", SERVER_MODULE], "env": keep}
+
+
+def register(profile: str, argv: list[str], job_dir: Path, env: Mapping[str, str]) -> list[str]:
+    """`argv` with the server registered for a claude or codex agent; otherwise unchanged."""
+    if profile not in ("claude", "codex") or not argv or not mcp_available():
+        return argv
+    entry = server_entry(env)
+    if profile == "claude":
+        path = job_dir / CONFIG_FILE
+        config = {"mcpServers": {SERVER_NAME: {"type": "stdio", **entry}}}
+        atomic_write(path, json.dumps(config, indent=2).encode("utf-8"))  # 0600
+        return [argv[0], *argv[1:], "--mcp-config", str(path)]
+    prefix = f"mcp_servers.{SERVER_NAME}"
+    overrides = [
+        f"{prefix}.command={json.dumps(entry['command'])}",
+        f"{prefix}.args={json.dumps(entry['args'])}",
+        *(f"{prefix}.env.{k}={json.dumps(v)}" for k, v in dict(entry["env"]).items()),  # type: ignore[call-overload]
+    ]
+    after = 2 if argv[1:2] == ["exec"] else 1
+    return [*argv[:after], *(x for o in overrides for x in ("-c", o)), *argv[after:]]
