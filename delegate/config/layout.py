@@ -10,7 +10,15 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from delegate.config.settings import BUS_ENV, HOME_ENV, settings
-from delegate.config.statefiles import BUS_DB, COORD_DB, CRON_BOOK, JOBS_DIR, LOGS_DIR, SESSIONS_DB
+from delegate.config.statefiles import (
+    BUS_DB,
+    COORD_DB,
+    CRON_BOOK,
+    JOBS_DIR,
+    LOGS_DIR,
+    SESSIONS_DB,
+    WORKTREES_DIR,
+)
 from delegate.core.errors import ConfigError
 
 
@@ -57,6 +65,14 @@ class Layout:
     @property
     def cron_book(self) -> Path:
         return self.home / CRON_BOOK
+
+    @property
+    def worktrees(self) -> Path:
+        return self.home / WORKTREES_DIR
+
+    def worktree_for(self, repo: Path, job_id: str) -> Path:
+        """Where job `job_id`'s worktree of the checkout `repo` goes (never inside it)."""
+        return self.worktrees / (repo.name or "repo") / job_id
 
     def default_bus_url(self) -> str:
         return f"sqlite://{self.bus_db}"

@@ -12,3 +12,4 @@ BUS_DB = "bus.db"
 SESSIONS_DB = "sessions.db"
 COORD_DB = "coord.db"
 CRON_BOOK = "cron.json"
+WORKTREES_DIR = "worktrees"  # a job's own git worktree: worktrees/<repo name>/<job id>

@@ -148,6 +148,10 @@ class Job(NamedTuple):
     tokens_out: int | None = None
     # The agent host it was assigned to (`submit --host NAME`); None: this machine's tmux.
     host: str | None = None
+    # Its own git worktree (`submit --worktree`): repo (the person's checkout), base (commit),
+    # base_ref (the branch it was made from, if any), branch, path, and once made `created`;
+    # once `worktree clean` removed it, `removed_at`. None: the job shares its workdir.
+    worktree: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._asdict()
@@ -156,6 +160,8 @@ class Job(NamedTuple):
         data["launch"] = dict(self.launch)
         if self.notify is not None:
             data["notify"] = list(self.notify)
+        if self.worktree is not None:
+            data["worktree"] = dict(self.worktree)
         return data
 
     def public_dict(self) -> dict[str, Any]:
@@ -186,6 +192,8 @@ class Job(NamedTuple):
             raise ValueError("last_seq is not a non-negative integer")
         if not isinstance(values["auth_token"], str) or not values["auth_token"]:
             raise ValueError("auth_token is missing")
+        if values.get("worktree") is not None and not isinstance(values["worktree"], dict):
+            raise ValueError("worktree is not a JSON object")
         if values.get("schema_version", RECORD_SCHEMA_VERSION) != RECORD_SCHEMA_VERSION:
             raise ValueError(f"unsupported record schema_version {values['schema_version']!r}")
         return cls(**values)
