@@ -389,6 +389,22 @@ def submit(
         str | None,
         typer.Option("--host", help="Run it on this agent host (see `delegate host`)."),
     ] = None,
+    worktree: Annotated[
+        bool | None,
+        typer.Option(
+            "--worktree/--no-worktree",
+            help="Run it in its own git worktree of --workdir's repository, on a new branch"
+            " (default: as delegate.toml's [worktree] says).",
+        ),
+    ] = None,
+    branch: Annotated[
+        str | None,
+        typer.Option("--branch", help="With --worktree: the new branch (default delegate/<job>)."),
+    ] = None,
+    base: Annotated[
+        str | None,
+        typer.Option("--base", help="With --worktree: the commit or branch to start from (HEAD)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> int:
     """Hand a task to an agent in a new tmux session and follow it.
@@ -417,6 +433,9 @@ def submit(
         max_running=max_running,
         on_event=on_event,
         host=host,
+        worktree=worktree,
+        branch=branch,
+        base=base,
     )
     text = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=sys.stdin)
     request = SubmitRequest.from_settings(settings, text)
@@ -522,11 +541,13 @@ _COORD = "delegate.cli.coord"
 _UPKEEP = "delegate.cli.upkeep"
 _CRON = "delegate.cli.cron"
 _HOSTS = "delegate.cli.hosts"
+_WORKTREE = "delegate.cli.worktree"
 ROOT_COMMANDS: dict[str, str] = {
     **dict.fromkeys(
         ("register", "publish", "hook", "watch", "jobs", "show", "logs", "cancel", "pick"), _HERE
     ),
     **dict.fromkeys(("submit", "ps"), _HERE),
+    "diff": _WORKTREE,
     **dict.fromkeys(("attach", "send", "peek"), _SESSION),
     **dict.fromkeys(("heartbeat", "agents", "block", "unblock", "deadlocks"), _COORD),
     **dict.fromkeys(("monitor", "report", "doctor"), _UPKEEP),
@@ -534,6 +555,7 @@ ROOT_COMMANDS: dict[str, str] = {
     "cron": _CRON,
     **dict.fromkeys(("msg", "lock", "board", "bb", "bus", "claim"), _COORD),
     "host": _HOSTS,
+    "worktree": _WORKTREE,
 }
 
 

@@ -10,7 +10,18 @@ from delegate.core.errors import ConfigError
 
 _PATHS = ("prompt_file", "workdir")
 _NUMBERS = ("wall_timeout", "idle_timeout")
-_TEXT = ("agent", "cmd", "prompt", "session", "bus", "idempotency_key", "on_event", "host")
+_TEXT = (
+    "agent",
+    "cmd",
+    "prompt",
+    "session",
+    "bus",
+    "idempotency_key",
+    "on_event",
+    "host",
+    "branch",
+    "base",
+)
 
 
 def merge_job_file(path: Path | None, **flags: Any) -> dict[str, Any]:
@@ -47,9 +58,9 @@ def _file_value(path: Path, name: str, value: Any) -> Any:
     if name == "max_running":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{path}: max_running must be a positive integer")
-    elif name == "wait":
+    elif name in ("wait", "worktree"):
         if not isinstance(value, bool):
-            raise ConfigError(f"{path}: wait must be true or false")
+            raise ConfigError(f"{path}: {name} must be true or false")
     elif name in _TEXT and not isinstance(value, str):
         raise ConfigError(f"{path}: {name} must be a string")
     return value

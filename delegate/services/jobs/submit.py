@@ -31,6 +31,7 @@ from delegate.core.errors import (
 )
 from delegate.core.model import Job, JobState, SessionState
 from delegate.core.policy import SESSION_PREFIX
+from delegate.services import worktrees
 from delegate.services.jobs import agent_env
 from delegate.services.jobs.finish import end_job
 from delegate.services.jobs.launch import (
@@ -68,6 +69,10 @@ class SubmitRequest(NamedTuple):
     # an agent host launching an assignment: the delegator's job id, the token from the host key
     job_id: str | None = None
     token_for: Callable[[str], str] | None = None
+    # `--worktree [--branch NAME] [--base REF]` (services/worktrees); None: as delegate.toml says
+    worktree: bool | None = None
+    branch: str | None = None
+    base: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], prompt: bytes) -> SubmitRequest:
@@ -84,6 +89,9 @@ class SubmitRequest(NamedTuple):
             idempotency_key=settings["idempotency_key"],
             max_running=settings["max_running"],
             on_event=settings["on_event"],
+            worktree=settings.get("worktree"),
+            branch=settings.get("branch"),
+            base=settings.get("base"),
         )
 
 
@@ -175,11 +183,21 @@ def submit(
     tmux: Tmux | None = None,
     note: Callable[[str], None] = lambda text: None,
 ) -> SubmitResult:
-    config_file, config = read_config(state.layout.home, state.env)
-    profile = resolve(agent=request.agent, cmd=request.cmd, config=config, source=config_file)
+    config_file = read_config(state.layout.home, state.env)
+    profile = resolve(
+        agent=request.agent, cmd=request.cmd, config=config_file.tables, source=config_file.path
+    )
     workdir = (request.workdir or Path.cwd()).expanduser().absolute()
     if not workdir.is_dir():
         raise UsageError(f"--workdir {workdir} is not a directory")
+    tree = worktrees.plan_for(
+        request.worktree,
+        branch=request.branch,
+        base=request.base,
+        config=config_file,
+        profile=profile.name,
+        workdir=workdir,
+    )
     _check_max_running(request)
     notify = parse_on_event(request.on_event)
     if request.session is not None:
@@ -216,6 +234,9 @@ def submit(
     try:
         if request.session is not None:
             check_session_free(state, session)
+        if tree is not None:  # made at launch (launch_in_tmux), now or when a slot frees
+            job = worktrees.record(state, job, tree)
+            workdir = Path(job.workdir or workdir)
         job = _admit(state, job, profile, workdir, session, request, notify, tmux)
     except BaseException as exc:
         _end_unstarted(state, job.job_id, "launch_failed", exc)
@@ -240,6 +261,8 @@ def submit_remote(
 
     if request.agent is None and request.cmd is None:
         raise UsageError("give --agent NAME or --cmd COMMAND")
+    if request.worktree:
+        raise UsageError("--worktree does not work with --host yet")
     if len(request.prompt) > hostproto.MAX_ASSIGNMENT:
         raise UsageError(
             f"the prompt is {len(request.prompt)} bytes, over the {hostproto.MAX_ASSIGNMENT}"
