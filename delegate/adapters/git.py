@@ -108,7 +108,15 @@ def resolve_commit(repo: Path, ref: str) -> str:
     """The commit `ref` names (full hex); GitError when it names none."""
     if ref.startswith("-"):
         raise GitError(f"base {ref!r} is not a commit in {repo}")
-    done = run(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+    done = run(
+        repo,
+        "rev-parse",
+        "--verify",
+        "--quiet",
+        "--end-of-options",
+        f"{ref}^{{commit}}",
+        check=False,
+    )
     if done.returncode != 0:
         raise GitError(f"base {ref!r} is not a commit in {repo}")
     return done.stdout.decode().strip()

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from delegate.adapters.terminal import Column, print_json, print_listing, wants_json
+from delegate.adapters.terminal import Column, print_json, print_listing
 from delegate.cli.common import JobIdArg, JsonOpt, open_state
 from delegate.core.timefmt import human_duration, parse_span
 from delegate.services import worktrees
@@ -18,7 +18,6 @@ worktree_app = typer.Typer(
     help="The git worktrees of jobs submitted with --worktree.", no_args_is_help=True
 )
 commands.add_typer(worktree_app, name="worktree")
-LIST_COLUMNS = ("JOB", "STATE", "BRANCH", "AHEAD/BEHIND", "CHANGES", "COMMITS", "SIZE", "AGE")
 
 
 @commands.command("diff")
@@ -122,7 +121,7 @@ def worktree_clean(
     """
     span = None if older_than is None else parse_span(older_than, "--older-than")
     results = worktrees.clean(open_state(), older_than_s=span, dry_run=dry_run)
-    if wants_json(as_json):
+    if as_json:  # a report of what was done, as `cancel` prints: text unless asked
         for result in results:
             print_json(result.to_dict())
         return 0

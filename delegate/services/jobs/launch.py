@@ -83,8 +83,8 @@ def launch_in_tmux(state: State, job: Job, tmux: Tmux) -> bool:
 
     False when the session already runs this very job (nothing was started). A job with its
     own worktree gets it made first (for a queued job: now, not at submit)."""
-    assert job.session is not None
     job = worktrees.ensure(state, job)
+    assert job.session is not None
     # Only what the wrapper needs to find its job; the agent's own environment is in
     # logs/<job>/agent.env and never passes through tmux's argv or its global environment.
     env = {
