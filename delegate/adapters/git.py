@@ -128,6 +128,16 @@ def current_branch(repo: Path) -> str | None:
     return done.stdout.decode("utf-8", "surrogateescape").strip() or None
 
 
+def branch_tips(repo: Path) -> dict[str, str]:
+    """Every local branch (short name) and the commit it points at, in one call."""
+    data = run(repo, "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/").stdout
+    tips = {}
+    for line in data.decode("utf-8", "surrogateescape").splitlines():
+        commit, _, ref = line.partition(" ")
+        tips[ref.removeprefix("refs/heads/")] = commit
+    return tips
+
+
 def branch_exists(repo: Path, branch: str) -> bool:
     done = run(repo, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False)
     return done.returncode == 0

@@ -151,12 +151,13 @@ def diff_counts(state: State, job_id: str) -> list[dict[str, Any]]:
     return [c._asdict() for c in git.numstat(Path(entry["path"]), entry["base"])]
 
 
-def _compare_base(repo: Path, entry: dict[str, Any]) -> str:
-    """The base branch while it exists (merges into it count), else the base commit."""
+def _compare_base(entry: dict[str, Any], tips: dict[str, str]) -> tuple[str, str]:
+    """The base to compare with (its name for git, its commit): the base branch while it
+    exists (merges into it count), else the base commit."""
     ref = entry.get("base_ref")
-    if ref and git.branch_exists(repo, ref):
-        return f"refs/heads/{ref}"
-    return str(entry["base"])
+    if ref and ref in tips:
+        return f"refs/heads/{ref}", tips[ref]
+    return str(entry["base"]), str(entry["base"])
 
 
 # --- listing -----------------------------------------------------------------------------
@@ -201,7 +202,8 @@ def jobs_with_worktrees(state: State) -> list[Job]:
     ]
 
 
-def _row(job: Job, now: datetime, *, sizes: bool) -> WorktreeRow:
+def _row(job: Job, now: datetime, tips: dict[str, str] | None, *, sizes: bool) -> WorktreeRow:
+    """One worktree's facts; `tips` are its repository's branches (None: git could not say)."""
     entry = job.worktree or {}
     repo, path, branch = Path(entry["repo"]), Path(entry["path"]), entry["branch"]
     age = (now - parse_timestamp(job.created_at)).total_seconds()
@@ -210,8 +212,14 @@ def _row(job: Job, now: datetime, *, sizes: bool) -> WorktreeRow:
     if not row.present:
         return row._replace(problem="folder gone")
     try:
-        base = _compare_base(repo, entry)
-        ahead, behind = git.ahead_behind(repo, branch, base)
+        if tips is None:
+            raise GitError(f"cannot read the branches of {repo}")
+        base, base_tip = _compare_base(entry, tips)
+        if branch not in tips:
+            raise GitError(f"its branch {branch} is gone")
+        # the same commit: nothing ahead or behind, and no need to ask git
+        same = tips[branch] == base_tip
+        ahead, behind = (0, 0) if same else git.ahead_behind(repo, branch, base)
         unpushed = len(git.unreachable_commits(repo, branch, base)) if ahead else 0
         changed = len(git.status(path))
     except GitError as exc:
@@ -226,8 +234,19 @@ def listing(
     """Every live worktree of a job, each asked of git in parallel (they are independent)."""
     found = list(jobs_with_worktrees(state) if jobs is None else jobs)
     now = datetime.now(UTC)
+    repos = sorted({(job.worktree or {})["repo"] for job in found})
     with ThreadPoolExecutor(max_workers=LIST_THREADS) as pool:
-        return list(pool.map(lambda job: _row(job, now, sizes=sizes), found))
+        tips = dict(zip(repos, pool.map(_tips_or_none, repos), strict=True))
+        return list(
+            pool.map(lambda j: _row(j, now, tips[(j.worktree or {})["repo"]], sizes=sizes), found)
+        )
+
+
+def _tips_or_none(repo: str) -> dict[str, str] | None:
+    try:
+        return git.branch_tips(Path(repo))
+    except GitError:
+        return None
 
 
 # --- clean-up ----------------------------------------------------------------------------
