@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from delegate.adapters import git, procfs
-from delegate.core.errors import GitError, GitLockHeld
+from delegate.core.errors import GitError, GitLockHeld, UsageError
+from delegate.core.timefmt import parse_span
 
 
 def sh_git(repo: Path, *args: str) -> str:
@@ -135,3 +136,17 @@ def test_processes_using_sees_a_cwd_inside(tmp_path: Path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90.0), ("30s", 30.0), ("10m", 600.0), ("12h", 43200.0), ("7d", 604800.0)],
+)
+def test_parse_span(text: str, seconds: float):
+    assert parse_span(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "d", "soon", "-1h", "nan"])
+def test_parse_span_refuses(text: str):
+    with pytest.raises(UsageError, match="--older-than"):
+        parse_span(text, "--older-than")

@@ -103,6 +103,13 @@ def test_clean_removes_only_what_holds_nothing_to_lose(home: Path, tmux_env, tmp
     busy_path = Path(job_record(home, busy).worktree["path"])
     sleeper = subprocess.Popen(["sleep", "60"], cwd=busy_path)
     try:
+        young = run_cli(home, "worktree", "clean", "--older-than", "1h", env=tmux_env)
+        assert young.returncode == 0, young.stderr
+        assert (
+            f"{merged} kept: its job ended" in young.stdout
+            and "within --older-than" in young.stdout
+        )
+        assert Path(job_record(home, merged).worktree["path"]).is_dir()
         dry = run_cli(home, "worktree", "clean", "--dry-run", env=tmux_env)
         assert dry.returncode == 0, dry.stderr
         assert f"{merged} would remove" in dry.stdout
@@ -197,12 +204,21 @@ def test_a_queued_job_gets_its_worktree_at_launch(home: Path, tmux_env, tmp_path
 
 def test_delegate_toml_makes_worktrees_the_default(home: Path, tmux_env, tmp_path: Path):
     repo = make_repo(tmp_path / "repo")
+    (repo / "sub").mkdir()
+    (repo / "sub" / "keep.txt").write_text("x\n")
+    sh_git(repo, "add", "-A")
+    sh_git(repo, "commit", "-q", "-m", "sub")
     home.mkdir(parents=True)
     (home / "delegate.toml").write_text("[worktree]\ndefault = true\n")
-    result = submit_shell(home, tmux_env, repo, "true", "--no-wait", "--json")
+    result = submit_shell(home, tmux_env, repo / "sub", "pwd > where.txt", "--no-wait", "--json")
     assert result.returncode == 0, result.stderr
     job_id = json_lines(result.stdout)[0]["job_id"]
-    assert job_record(home, job_id).worktree is not None
+    record = job_record(home, job_id)
+    assert record.worktree is not None
+    inside = Path(record.worktree["path"]) / "sub"  # the same subfolder, in the worktree
+    assert record.workdir == str(inside)
+    retry_until(lambda: (inside / "where.txt").exists(), timeout=20)
+    assert (inside / "where.txt").read_text().strip() == str(inside)
     refused = submit_shell(home, tmux_env, repo, "true", "--no-worktree", "--base", "main")
     assert_one_line_error(refused)
     assert "--branch and --base need --worktree" in refused.stderr
