@@ -7,7 +7,11 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from delegate.core.errors import GitError
 from delegate.core.model import Job
+from delegate.services import worktrees
 from delegate.services.doctor import worktree_check
 from delegate.services.state import State
 
@@ -194,12 +198,24 @@ def test_a_queued_job_gets_its_worktree_at_launch(home: Path, tmux_env, tmp_path
     path = Path(record.worktree["path"])
     assert not path.exists()
     assert f"delegate/{queued}" not in sh_git(repo, "branch", "--list")
+    # queued too; its branch is taken by hand before it launches: it ends, nothing is made
+    doomed = submit_in_worktree(
+        home, tmux_env, repo, "true", "--max-running", "1", "--branch", "later"
+    )
+    sh_git(repo, "branch", "later")
+    theirs = sh_git(repo, "rev-parse", "later")
     go.touch()
-    wait_ended(home, first, queued)
+    wait_ended(home, first, queued, doomed)
     record = job_record(home, queued)
     assert record.status.value == "completed", record.error
     assert record.worktree["created"]
     assert (path / "where.txt").read_text().strip() == str(path)
+    failed = job_record(home, doomed)
+    assert failed.status.value == "error"
+    assert "never_launched" in (failed.error or "") and "'later' already exists" in failed.error
+    assert not failed.worktree["created"] and not Path(failed.worktree["path"]).exists()
+    assert sh_git(repo, "rev-parse", "later") == theirs
+    assert failed.worktree["path"] not in sh_git(repo, "worktree", "list", "--porcelain")
 
 
 def test_delegate_toml_makes_worktrees_the_default(home: Path, tmux_env, tmp_path: Path):
@@ -229,3 +245,21 @@ def test_delegate_toml_makes_worktrees_the_default(home: Path, tmux_env, tmp_pat
     check = worktree_check(open_state(home))
     assert check.status == "warn" and f"older than 0 days: {job_id}" in check.detail
     assert Path(job_record(home, job_id).worktree["path"]).is_dir()
+
+
+def test_a_worktree_made_by_a_launcher_that_died_is_adopted(state: State, tmp_path: Path):
+    """The launcher made the worktree, then died before recording it: the next launch takes
+    it over instead of failing; a folder that is not that worktree is refused."""
+    repo = make_repo(tmp_path / "repo")
+    job, _ = state.registry.register(agent="shell", workdir=str(repo))
+    planned = worktrees.plan(repo, branch=None, base=None)
+    made = worktrees.ensure(state, worktrees.record(state, job, planned))
+    assert made.worktree is not None and made.worktree["created"]
+    lost = state.registry.update(job.job_id, worktree={**made.worktree, "created": False})
+    assert worktrees.ensure(state, lost).worktree == made.worktree
+    other, _ = state.registry.register(agent="shell", workdir=str(repo))
+    recorded = worktrees.record(state, other, planned)
+    Path(recorded.worktree["path"]).mkdir(parents=True)  # something else is there
+    with pytest.raises(GitError, match="already exists"):
+        worktrees.ensure(state, recorded)
+    assert f"delegate/{other.job_id}" not in sh_git(repo, "branch", "--list")

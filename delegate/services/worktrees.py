@@ -10,6 +10,7 @@ branch or a remote-tracking ref, and no live process inside it. git itself is as
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -102,6 +103,8 @@ def ensure(state: State, job: Job) -> Job:
         entry["base"],
     )
     if path.exists():
+        if _made_by_us(repo, path, branch):  # a launcher that died after making it
+            return state.registry.update(job.job_id, worktree={**entry, "created": True})
         raise GitError(f"{path} already exists; the worktree of job {job.job_id} was not made")
     existed = git.branch_exists(repo, branch)
     if existed:
@@ -113,6 +116,14 @@ def ensure(state: State, job: Job) -> Job:
         _undo_branch(repo, branch, base)
         raise
     return state.registry.update(job.job_id, worktree={**entry, "created": True})
+
+
+def _made_by_us(repo: Path, path: Path, branch: str) -> bool:
+    """`path` is a worktree of `repo` on `branch`."""
+    real = os.path.realpath(path)
+    return any(
+        os.path.realpath(w.path) == real and w.branch == branch for w in git.worktree_list(repo)
+    )
 
 
 def _undo_branch(repo: Path, branch: str, base: str) -> None:
