@@ -106,8 +106,7 @@ def ensure(state: State, job: Job) -> Job:
         if _made_by_us(repo, path, branch):  # a launcher that died after making it
             return state.registry.update(job.job_id, worktree={**entry, "created": True})
         raise GitError(f"{path} already exists; the worktree of job {job.job_id} was not made")
-    existed = git.branch_exists(repo, branch)
-    if existed:
+    if git.branch_exists(repo, branch):  # taken since submit (a queued job waits)
         raise GitError(f"branch {branch!r} already exists in {repo}")
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
