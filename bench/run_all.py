@@ -25,6 +25,7 @@ SCRIPTS = [
     "lock_pairs.py",
     "lock_cli.py",
     "msg_latency.py",
+    "worktree.py",
     "remote_submit.py",  # these two build network namespaces: root only
     "remote_fleet.py",
 ]  # report_scale.py (1M and 10M events) takes many minutes: run it on its own

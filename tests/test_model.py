@@ -108,6 +108,15 @@ def test_job_round_trips_through_dict():
     assert "auth_token" not in job.public_dict()
 
 
+def test_worktree_field_is_optional_and_round_trips():
+    old = Job.from_dict(_record())  # a record written before worktrees existed
+    assert old.worktree is None
+    entry = {"repo": "/r", "base": "abc", "base_ref": "main", "branch": "delegate/x"}
+    job = Job.from_dict(_record(worktree={**entry, "path": "/w", "created": True}))
+    assert Job.from_dict(job.to_dict()) == job
+    assert job.to_dict()["worktree"] is not job.worktree  # a copy, never the record's own
+
+
 @pytest.mark.parametrize(
     ("record", "message"),
     [
@@ -117,8 +126,9 @@ def test_job_round_trips_through_dict():
         (_record(job_id="../etc"), "invalid job id"),
         (_record(last_seq=-1), "last_seq"),
         (_record(schema_version=2), "schema_version"),
+        (_record(worktree="/tmp/x"), "worktree is not a JSON object"),
     ],
-    ids=["not-object", "bad-status", "missing", "bad-id", "negative-seq", "schema"],
+    ids=["not-object", "bad-status", "missing", "bad-id", "negative-seq", "schema", "worktree"],
 )
 def test_broken_records_are_described(record, message):
     with pytest.raises(ValueError, match=message):

@@ -418,6 +418,22 @@ def submit(
             "--no-mcp", help="Do not register `delegate mcp` with a claude or codex agent."
         ),
     ] = False,
+    worktree: Annotated[
+        bool | None,
+        typer.Option(
+            "--worktree/--no-worktree",
+            help="Run it in its own git worktree of --workdir's repository, on a new branch"
+            " (default: as delegate.toml's [worktree] says).",
+        ),
+    ] = None,
+    branch: Annotated[
+        str | None,
+        typer.Option("--branch", help="With --worktree: the new branch (default delegate/<job>)."),
+    ] = None,
+    base: Annotated[
+        str | None,
+        typer.Option("--base", help="With --worktree: the commit or branch to start from (HEAD)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> int:
     """Hand a task to an agent in a new tmux session and follow it.
@@ -449,6 +465,9 @@ def submit(
         after=after,
         after_rule=after_rule,
         group=group,
+        worktree=worktree,
+        branch=branch,
+        base=base,
     )
     text = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=sys.stdin)
     request = SubmitRequest.from_settings(settings, text)._replace(no_mcp=no_mcp)
@@ -585,11 +604,13 @@ _CRON = "delegate.cli.cron"
 _HOSTS = "delegate.cli.hosts"
 _GROUP = "delegate.cli.group"
 _DASHBOARD = "delegate.cli.dashboard"
+_WORKTREE = "delegate.cli.worktree"
 ROOT_COMMANDS: dict[str, str] = {
     **dict.fromkeys(
         ("register", "publish", "hook", "watch", "jobs", "show", "logs", "cancel", "pick"), _HERE
     ),
     **dict.fromkeys(("submit", "ps"), _HERE),
+    "diff": _WORKTREE,
     **dict.fromkeys(("attach", "send", "peek"), _SESSION),
     **dict.fromkeys(("heartbeat", "agents", "block", "unblock", "deadlocks"), _COORD),
     **dict.fromkeys(("monitor", "report", "doctor"), _UPKEEP),
@@ -600,6 +621,7 @@ ROOT_COMMANDS: dict[str, str] = {
     "host": _HOSTS,
     "dashboard": _DASHBOARD,
     "mcp": "delegate.cli.mcp",
+    "worktree": _WORKTREE,
 }
 
 

@@ -20,6 +20,7 @@ from delegate.config.statefiles import (
     JOBS_DIR,
     LOGS_DIR,
     SESSIONS_DB,
+    WORKTREES_DIR,
 )
 from delegate.core.errors import ConfigError
 
@@ -75,6 +76,14 @@ class Layout:
     @property
     def groups_book(self) -> Path:
         return self.home / GROUPS_BOOK
+
+    @property
+    def worktrees(self) -> Path:
+        return self.home / WORKTREES_DIR
+
+    def worktree_for(self, repo: Path, job_id: str) -> Path:
+        """Where job `job_id`'s worktree of the checkout `repo` goes (never inside it)."""
+        return self.worktrees / (repo.name or "repo") / job_id
 
     def default_bus_url(self) -> str:
         return f"sqlite://{self.bus_db}"

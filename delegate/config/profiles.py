@@ -14,11 +14,14 @@ Built in: `shell` (the prompt is a bash script), `claude`, `codex`. More come fr
     path = ["/opt/aider/bin", "/usr/bin", "/bin"]   # the agent's PATH (default: the submitter's)
     mqtt_credentials = "~/.config/delegate/agent-mqtt.toml"   # the agent's own broker login
     run_as = "agent"           # start the agent as this OS user (needs root)
+    worktree = true            # each job gets its own git worktree (as `submit --worktree`)
     stop = { signal = "SIGINT" }   # how `session stop --mode graceful` asks the agent first:
                                    # or { keys = ["C-c"] }, or { command = "/exit" } (typed)
 
-A table holding only `max_running` caps a built-in profile (`[profiles.claude]`). A top-level
-`max_running = N` caps all jobs, and `[notify]` names a notifier:
+A table holding only `max_running` (or `worktree`) changes a built-in profile
+(`[profiles.claude]`). A top-level `max_running = N` caps all jobs, `[worktree]` sets
+`default = true` (every job in its own worktree), `keep_max_gb` and `keep_days` (worktrees over
+them are reported), and `[notify]` names a notifier:
 
     [notify]
     command = ["notify-send", "delegate"]                  # argv; the event JSON on stdin
@@ -177,6 +180,7 @@ _PROFILE_KEYS = frozenset(
         "stop",
         "channel",
         "resume",
+        "worktree",
     }
 )
 _CHANNELS = ("none", "claude-stream", "codex-json")
@@ -190,8 +194,10 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     _cap(table.get("max_running"), where)
-    if table.keys() <= {"max_running"} and name in BUILTIN:
-        return BUILTIN[name]  # a cap on a built-in profile, nothing else changed
+    if not isinstance(table.get("worktree", False), bool):
+        raise ConfigError(f"{where}: worktree must be true or false")
+    if table.keys() <= {"max_running", "worktree"} and name in BUILTIN:
+        return BUILTIN[name]  # a cap or worktree default on a built-in profile, nothing else
     command = _command(table.get("command"), where)
     prompt = _one_of(table, "prompt", "stdin", PROMPT_MODES, where)
     clean_exit = _one_of(table, "clean_exit", "completed", CLEAN_EXIT, where)
@@ -321,6 +327,44 @@ def lost_after_s(config: Mapping[str, Any]) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ConfigError("[monitor]: lost_after_s must be a number of seconds, 0 or more")
     return float(value)
+
+
+class WorktreeConfig(NamedTuple):
+    """`[worktree]` of delegate.toml, and `worktree = true|false` of a profile."""
+
+    default: bool = False
+    per_profile: tuple[tuple[str, bool], ...] = ()
+    keep_max_gb: float | None = None  # the monitor and doctor report worktrees over these
+    keep_days: float | None = None
+
+    def wanted(self, profile: str) -> bool:
+        """Whether a job of `profile` gets its own worktree when submit does not say."""
+        return dict(self.per_profile).get(profile, self.default)
+
+
+def worktree_config(config: Mapping[str, Any], source: Path) -> WorktreeConfig:
+    table = config.get("worktree", {})
+    where = f"{source} [worktree]"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table")
+    unknown = table.keys() - {"default", "keep_max_gb", "keep_days"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    default = table.get("default", False)
+    if not isinstance(default, bool):
+        raise ConfigError(f"{where}: default must be true or false")
+    limits = []
+    for key in ("keep_max_gb", "keep_days"):
+        value = table.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ConfigError(f"{where}: {key} must be a number")
+        limits.append(None if value is None else float(value))
+    per_profile = []
+    tables = config.get("profiles", {})
+    for name, profile in tables.items() if isinstance(tables, dict) else ():
+        if isinstance(profile, dict) and isinstance(profile.get("worktree"), bool):
+            per_profile.append((name, profile["worktree"]))
+    return WorktreeConfig(default, tuple(per_profile), limits[0], limits[1])
 
 
 def notifier(config: Mapping[str, Any], source: Path) -> tuple[list[str], tuple[str, ...]] | None:

@@ -13,3 +13,4 @@ SESSIONS_DB = "sessions.db"
 COORD_DB = "coord.db"
 CRON_BOOK = "cron.json"
 GROUPS_BOOK = "groups.json"
+WORKTREES_DIR = "worktrees"  # a job's own git worktree: worktrees/<repo name>/<job id>

@@ -110,6 +110,19 @@ class ConfigError(UsageError):
     pass
 
 
+class GitError(DelegateError):
+    """git refused or failed (adapters/git), or a worktree cannot be made, shown or removed;
+    the message is one line saying what and why."""
+
+    exit_code = 67
+
+
+class GitLockHeld(GitError):
+    """Another git process held an index.lock for longer than we wait."""
+
+    exit_code = 75
+
+
 class StartFailed(DelegateError):
     """A job could not be started (launched here, or assigned to its host); it has ended
     with `reason` (`launch_failed`, `assign_failed`) and the cause's message."""

@@ -156,6 +156,10 @@ class Job(NamedTuple):
     group: str | None = None
     # The job that submitted it (a sub-job an agent started through `delegate mcp`).
     parent: str | None = None
+    # Its own git worktree (`submit --worktree`): repo (the person's checkout), base (commit),
+    # base_ref (the branch it was made from, if any), branch, path, and once made `created`;
+    # once `worktree clean` removed it, `removed_at`. None: the job shares its workdir.
+    worktree: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._asdict()
@@ -166,6 +170,8 @@ class Job(NamedTuple):
             data["notify"] = list(self.notify)
         if self.after is not None:
             data["after"] = list(self.after)
+        if self.worktree is not None:
+            data["worktree"] = dict(self.worktree)
         return data
 
     def public_dict(self) -> dict[str, Any]:
@@ -196,6 +202,8 @@ class Job(NamedTuple):
             raise ValueError("last_seq is not a non-negative integer")
         if not isinstance(values["auth_token"], str) or not values["auth_token"]:
             raise ValueError("auth_token is missing")
+        if values.get("worktree") is not None and not isinstance(values["worktree"], dict):
+            raise ValueError("worktree is not a JSON object")
         if values.get("schema_version", RECORD_SCHEMA_VERSION) != RECORD_SCHEMA_VERSION:
             raise ValueError(f"unsupported record schema_version {values['schema_version']!r}")
         return cls(**values)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from delegate.core.errors import UsageError
+
 
 def human_duration(seconds: float | None) -> str:
     """`0s`, `42s`, `4m 12s`, `1h 02m`, `3d 04h`; `-` for None (not known)."""
@@ -99,3 +101,20 @@ def parse_timestamp(text: str) -> datetime:
     if len(text) != 27 or text[-1] != "Z":  # exactly what record_timestamp writes
         raise ValueError(f"time data {text!r} does not match format {RECORD_FORMAT!r}")
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+_SPAN_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_span(text: str, what: str = "duration") -> float:
+    """`90`, `30s`, `10m`, `12h`, `7d`, `2w` as seconds; UsageError naming `what` otherwise."""
+    value = text.strip().lower()
+    unit = _SPAN_UNITS.get(value[-1:])
+    number = value[:-1] if unit is not None else value
+    try:
+        seconds = float(number) * (unit or 1.0)
+    except ValueError:
+        raise UsageError(f"{what} {text!r} is not a duration like 90s, 10m, 12h or 7d") from None
+    if seconds < 0 or seconds != seconds:
+        raise UsageError(f"{what} {text!r} must be zero or more")
+    return seconds

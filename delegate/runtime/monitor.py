@@ -22,6 +22,7 @@ from typing import Any
 
 from delegate.adapters.bus import Subscription, open_bus
 from delegate.config.logsetup import get_logger
+from delegate.config.profiles import read_config
 from delegate.config.settings import BUS_ENV
 from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import EVENT_TARGET_STATE, EventType, Job, JobState
@@ -31,11 +32,13 @@ from delegate.services.jobs.notify import notify, wait_for_notifiers
 from delegate.services.reconciler import Done, Reconciler
 from delegate.services.remote import PresenceWatch, mqtt_settings, refresh_presence
 from delegate.services.state import State, with_own_credentials
+from delegate.services.worktrees import over_limits
 
 log = get_logger(__name__)
 
 DEFAULT_INTERVAL_S = 5.0
 WAKE_POLL_S = 0.02  # how long one wait for events or pidfds lasts
+WORKTREE_REPORT_S = 600.0  # how often worktrees over [worktree] keep_max_gb/keep_days are logged
 
 
 class Monitor:
@@ -60,6 +63,7 @@ class Monitor:
         os.set_blocking(self._stop_w, False)
         self.stopping = False
         self.passes = 0
+        self._worktrees_reported = -WORKTREE_REPORT_S
 
     # --- stopping --------------------------------------------------------------------------
 
@@ -270,7 +274,21 @@ class Monitor:
         done = self.reconciler.run_pass(events=events or ())
         self.passes += 1
         self._watch_panes()
+        self._report_worktrees()
         return done
+
+    def _report_worktrees(self) -> None:
+        """Log the job worktrees over `[worktree]` limits now and then; never remove any."""
+        if time.monotonic() - self._worktrees_reported < WORKTREE_REPORT_S:
+            return
+        self._worktrees_reported = time.monotonic()
+        try:
+            found = over_limits(self.state, read_config(self.state.layout.home, self.state.env))
+        except DelegateError as exc:
+            log.warning("monitor: could not look at job worktrees: %s", exc)
+            return
+        for line in found:
+            log.warning("monitor: %s; `delegate worktree clean` removes what holds no work", line)
 
     def _next_deadline(self) -> float:
         snap = self.reconciler.last_snapshot

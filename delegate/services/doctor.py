@@ -14,6 +14,7 @@ from delegate.config.settings import TMUX_SOCKET_ENV
 from delegate.core.errors import DelegateError
 from delegate.core.model import JobState
 from delegate.services.state import State, strip_credentials
+from delegate.services.worktrees import over_limits
 
 OK = "ok"
 WARN = "warn"
@@ -83,6 +84,7 @@ def run_checks(state: State) -> list[Check]:
         )
 
     checks.append(config_check(state))
+    checks.append(worktree_check(state))
     checks.extend(tmux_checks(state))
     checks.extend(bus_checks(state))
     return checks
@@ -100,6 +102,18 @@ def config_check(state: State) -> Check:
     if not source.exists():
         return Check("config", OK, f"{source} does not exist: built-in profiles only")
     return Check("config", OK, f"{source}: profiles {', '.join(sorted(known))}")
+
+
+def worktree_check(state: State) -> Check:
+    """Job worktrees over `[worktree] keep_max_gb` / `keep_days`: reported, never removed."""
+    try:
+        found = over_limits(state, read_config(state.layout.home, state.env))
+    except DelegateError as exc:
+        return Check("worktrees", FAIL, str(exc))
+    if found:
+        tail = "; `delegate worktree clean` removes those that hold no work"
+        return Check("worktrees", WARN, "; ".join(found) + tail)
+    return Check("worktrees", OK, "job worktrees within the [worktree] limits (if any)")
 
 
 def tmux_checks(state: State) -> list[Check]:

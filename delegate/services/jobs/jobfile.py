@@ -22,6 +22,8 @@ _TEXT = (
     "host",
     "after_rule",
     "group",
+    "branch",
+    "base",
 )
 
 
@@ -81,5 +83,6 @@ def _is_ids(value: Any) -> bool:
 _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_running": (_is_positive_int, "must be a positive integer"),
     "wait": (lambda value: isinstance(value, bool), "must be true or false"),
+    "worktree": (lambda value: isinstance(value, bool), "must be true or false"),
     "after": (_is_ids, "must be a job id or a list of them"),
 }

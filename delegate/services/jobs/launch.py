@@ -23,6 +23,7 @@ from delegate.config.settings import HOME_ENV, JOB_ENV, TMUX_SOCKET_ENV
 from delegate.core.caps import Caps, Gate, busy_sessions, may_start
 from delegate.core.errors import DelegateError
 from delegate.core.model import Job, JobState, SessionState
+from delegate.services import worktrees
 from delegate.services.jobs.finish import end_job
 from delegate.services.state import State
 
@@ -96,7 +97,9 @@ def check_session_free(state: State, name: str) -> None:
 def launch_in_tmux(state: State, job: Job, tmux: Tmux) -> bool:
     """Start the job's wrapper in its session; a session left by an ended job is replaced.
 
-    False when the session already runs this very job (nothing was started)."""
+    False when the session already runs this very job (nothing was started). A job with its
+    own worktree gets it made first (for a queued job: now, not at submit)."""
+    job = worktrees.ensure(state, job)
     assert job.session is not None
     # Only what the wrapper needs to find its job; the agent's own environment is in
     # logs/<job>/agent.env and never passes through tmux's argv or its global environment.

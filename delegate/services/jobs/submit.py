@@ -34,6 +34,7 @@ from delegate.core.errors import (
 )
 from delegate.core.model import Job, JobState, SessionState, validate_job_id
 from delegate.core.policy import SESSION_PREFIX
+from delegate.services import worktrees
 from delegate.services.jobs import agent_env, mcp_config
 from delegate.services.jobs.finish import end_job
 from delegate.services.jobs.launch import (
@@ -80,6 +81,10 @@ class SubmitRequest(NamedTuple):
     parent: str | None = None
     # `--no-mcp`: the claude and codex profiles do not register `delegate mcp` for the job
     no_mcp: bool = False
+    # `--worktree [--branch NAME] [--base REF]` (services/worktrees); None: as delegate.toml says
+    worktree: bool | None = None
+    branch: str | None = None
+    base: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], prompt: bytes) -> "SubmitRequest":
@@ -99,6 +104,9 @@ class SubmitRequest(NamedTuple):
             after=parse_after(settings.get("after")),
             after_rule=settings.get("after_rule"),
             group=settings.get("group"),
+            worktree=settings.get("worktree"),
+            branch=settings.get("branch"),
+            base=settings.get("base"),
         )
 
 
@@ -227,11 +235,21 @@ def submit(
     tmux: Tmux | None = None,
     note: Callable[[str], None] = lambda text: None,
 ) -> SubmitResult:
-    config_file, config = read_config(state.layout.home, state.env)
-    profile = resolve(agent=request.agent, cmd=request.cmd, config=config, source=config_file)
+    config_file = read_config(state.layout.home, state.env)
+    profile = resolve(
+        agent=request.agent, cmd=request.cmd, config=config_file.tables, source=config_file.path
+    )
     workdir = (request.workdir or Path.cwd()).expanduser().absolute()
     if not workdir.is_dir():
         raise UsageError(f"--workdir {workdir} is not a directory")
+    tree = worktrees.plan_for(
+        request.worktree,
+        branch=request.branch,
+        base=request.base,
+        config=config_file,
+        profile=profile.name,
+        workdir=workdir,
+    )
     _check_max_running(request)
     check_queue_rules(state, request)
     notify = parse_on_event(request.on_event)
@@ -270,6 +288,9 @@ def submit(
     try:
         if request.session is not None:
             check_session_free(state, session)
+        if tree is not None:  # made at launch (launch_in_tmux), now or when a slot frees
+            job = worktrees.record(state, job, tree)
+            workdir = Path(job.workdir or workdir)
         job = _admit(state, job, profile, workdir, session, request, notify, tmux)
     except BaseException as exc:
         _end_unstarted(state, job.job_id, "launch_failed", exc)
@@ -294,6 +315,8 @@ def submit_remote(
 
     if request.agent is None and request.cmd is None:
         raise UsageError("give --agent NAME or --cmd COMMAND")
+    if request.worktree:
+        raise UsageError("--worktree does not work with --host yet")
     if len(request.prompt) > hostproto.MAX_ASSIGNMENT:
         raise UsageError(
             f"the prompt is {len(request.prompt)} bytes, over the {hostproto.MAX_ASSIGNMENT}"

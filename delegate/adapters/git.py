@@ -1,0 +1,335 @@
+"""The one module that runs git: argv lists (never a shell), machine formats (`-z`,
+`--porcelain`) parsed here, the C locale, and no prompt for credentials.
+
+Every failure is a `GitError` with one line: what was asked and git's own first line of why.
+An `index.lock` held by another git is waited on (bounded, with a short backoff), then
+reported once; the lock file is never removed here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from delegate.config.settings import settings
+from delegate.core.errors import GitError, GitLockHeld
+
+LOCK_WAIT_S = 10.0
+_LOCK_HELD = re.compile(r"Unable to create '([^']*\.lock)': File exists")
+_BASE_ENV = {
+    "LC_ALL": "C",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_OPTIONAL_LOCKS": "0",  # `status` of a listing never takes the index lock
+}
+
+
+def _git_env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    # GIT_DIR and friends a caller may have set (a hook) must not redirect these commands
+    env = {k: v for k, v in settings().env.items() if not k.startswith("GIT_")}
+    env.update(_BASE_ENV)
+    env.update(extra or {})
+    return env
+
+
+def git_exe() -> str:
+    found = shutil.which("git")
+    if found is None:
+        raise GitError("git is not installed (not found on PATH)")
+    return found
+
+
+def run(
+    cwd: Path | str,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    lock_wait_s: float = LOCK_WAIT_S,
+) -> subprocess.CompletedProcess[bytes]:
+    """`git -C cwd ARGS`, its output as bytes. A held index.lock is retried until
+    `lock_wait_s` has passed; with `check`, a non-zero exit raises GitError."""
+    argv = [git_exe(), "-C", str(cwd), *args]
+    deadline = time.monotonic() + lock_wait_s
+    pause = 0.02
+    while True:
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, env=_git_env(env), stdin=subprocess.DEVNULL
+            )
+        except OSError as exc:
+            raise GitError(f"git {args[0]} could not run in {cwd}: {exc.strerror}") from None
+        held = _LOCK_HELD.search(done.stderr.decode("utf-8", "replace"))
+        if done.returncode == 0 or held is None:
+            break
+        if time.monotonic() >= deadline:
+            raise GitLockHeld(
+                f"git {args[0]}: {held.group(1)} is held by another git process"
+                f" (waited {lock_wait_s:g} s)"
+            )
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+    if check and done.returncode != 0:
+        raise GitError(f"git {args[0]} failed in {cwd}: {first_line(done.stderr)}")
+    return done
+
+
+def first_line(stderr: bytes) -> str:
+    """git's first meaningful line of complaint (its `fatal:`/`error:` prefix dropped)."""
+    for raw in stderr.decode("utf-8", "replace").splitlines():
+        line = raw.strip()
+        if line and not line.startswith("hint:"):
+            return re.sub(r"^(fatal|error):\s*", "", line)
+    return "no reason given"
+
+
+def out(cwd: Path | str, *args: str, env: Mapping[str, str] | None = None) -> str:
+    """The command's stdout as text, without its trailing newline."""
+    return run(cwd, *args, env=env).stdout.decode("utf-8", "surrogateescape").rstrip("\n")
+
+
+# --- what a repository is ----------------------------------------------------------------
+
+
+def toplevel(path: Path) -> Path:
+    """The top folder of the checkout `path` is in; GitError when it is in none."""
+    done = run(path, "rev-parse", "--show-toplevel", check=False)
+    if done.returncode != 0:
+        raise GitError(f"{path} is not inside a git repository")
+    return Path(done.stdout.decode("utf-8", "surrogateescape").rstrip("\n"))
+
+
+def resolve_commit(repo: Path, ref: str) -> str:
+    """The commit `ref` names (full hex); GitError when it names none."""
+    if ref.startswith("-"):
+        raise GitError(f"base {ref!r} is not a commit in {repo}")
+    done = run(
+        repo,
+        "rev-parse",
+        "--verify",
+        "--quiet",
+        "--end-of-options",
+        f"{ref}^{{commit}}",
+        check=False,
+    )
+    if done.returncode != 0:
+        raise GitError(f"base {ref!r} is not a commit in {repo}")
+    return done.stdout.decode().strip()
+
+
+def current_branch(repo: Path) -> str | None:
+    """The branch checked out in `repo`, or None on a detached HEAD."""
+    done = run(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+    return done.stdout.decode("utf-8", "surrogateescape").strip() or None
+
+
+def branch_tips(repo: Path) -> dict[str, str]:
+    """Every local branch (short name) and the commit it points at, in one call."""
+    data = run(repo, "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/").stdout
+    tips = {}
+    for line in data.decode("utf-8", "surrogateescape").splitlines():
+        commit, _, ref = line.partition(" ")
+        tips[ref.removeprefix("refs/heads/")] = commit
+    return tips
+
+
+def branch_exists(repo: Path, branch: str) -> bool:
+    done = run(repo, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False)
+    return done.returncode == 0
+
+
+def check_branch_name(repo: Path, branch: str) -> None:
+    done = run(repo, "check-ref-format", "--branch", branch, check=False)
+    if done.returncode != 0 or branch.startswith("-"):
+        raise GitError(f"{branch!r} is not a valid branch name")
+
+
+# --- worktrees ---------------------------------------------------------------------------
+
+
+class Worktree(NamedTuple):
+    """One entry of `git worktree list --porcelain -z`."""
+
+    path: str
+    head: str | None
+    branch: str | None  # short name; None when detached or bare
+    locked: bool = False
+    prunable: bool = False
+
+
+def worktree_add(repo: Path, path: Path, branch: str, base: str) -> None:
+    """A new worktree at `path` on the new branch `branch`, made from commit `base`."""
+    run(repo, "worktree", "add", "--quiet", "-b", branch, "--", str(path), base)
+
+
+def worktree_list(repo: Path) -> list[Worktree]:
+    return parse_worktrees(run(repo, "worktree", "list", "--porcelain", "-z").stdout)
+
+
+def parse_worktrees(data: bytes) -> list[Worktree]:
+    """Records are NUL-terminated lines, a worktree ending with an empty one."""
+    found: list[Worktree] = []
+    fields: dict[str, str] = {}
+    for raw in data.split(b"\0"):
+        line = raw.decode("utf-8", "surrogateescape")
+        if line:
+            key, _, value = line.partition(" ")
+            fields[key] = value
+            continue
+        if "worktree" in fields:
+            branch = fields.get("branch")
+            found.append(
+                Worktree(
+                    path=fields["worktree"],
+                    head=fields.get("HEAD"),
+                    branch=branch.removeprefix("refs/heads/") if branch else None,
+                    locked="locked" in fields,
+                    prunable="prunable" in fields,
+                )
+            )
+        fields = {}
+    return found
+
+
+def worktree_remove(repo: Path, path: Path) -> None:
+    """Remove a clean worktree; git itself refuses a dirty one (never --force)."""
+    run(repo, "worktree", "remove", "--", str(path))
+
+
+def branch_delete_merged(repo: Path, branch: str) -> str | None:
+    """`git branch -d` (never -D): None when deleted, else git's reason for keeping it."""
+    done = run(repo, "branch", "-d", "--", branch, check=False)
+    return None if done.returncode == 0 else first_line(done.stderr)
+
+
+# --- what a worktree holds ---------------------------------------------------------------
+
+
+class StatusEntry(NamedTuple):
+    code: str  # the two XY letters, "??" for untracked
+    path: str
+
+
+def status(path: Path) -> list[StatusEntry]:
+    """Uncommitted and untracked changes (`status --porcelain -z`), renames' origins dropped."""
+    data = run(path, "status", "--porcelain", "-z", "--untracked-files=all").stdout
+    return parse_status(data)
+
+
+def parse_status(data: bytes) -> list[StatusEntry]:
+    entries: list[StatusEntry] = []
+    parts = data.split(b"\0")
+    i = 0
+    while i < len(parts):
+        item = parts[i].decode("utf-8", "surrogateescape")
+        i += 1
+        if len(item) < 4:
+            continue
+        code = item[:2]
+        entries.append(StatusEntry(code, item[3:]))
+        if "R" in code or "C" in code:
+            i += 1  # the origin path of a rename or copy follows
+    return entries
+
+
+def unreachable_commits(repo: Path, branch: str, base: str) -> list[str]:
+    """Commits on `branch` reachable neither from `base` nor from any remote-tracking ref:
+    the work only this branch holds."""
+    text = out(repo, "rev-list", f"refs/heads/{branch}", "--not", base, "--remotes", "--")
+    return text.split()
+
+
+def ahead_behind(repo: Path, branch: str, base: str) -> tuple[int, int]:
+    """(commits on `branch` not on `base`, commits on `base` not on `branch`)."""
+    text = out(repo, "rev-list", "--left-right", "--count", f"refs/heads/{branch}...{base}", "--")
+    ahead, behind = text.split()
+    return int(ahead), int(behind)
+
+
+def _with_temp_index(path: Path) -> tuple[Path, dict[str, str]]:
+    """A copy of the worktree's index with every change staged (`add -A`), in a temporary
+    folder; the worktree's own index is only read (its stat data spares rehashing)."""
+    own_index = Path(out(path, "rev-parse", "--path-format=absolute", "--git-path", "index"))
+    folder = Path(tempfile.mkdtemp(prefix="delegate-index-"))
+    index = folder / "index"
+    if own_index.exists():
+        shutil.copyfile(own_index, index)
+    env = {"GIT_INDEX_FILE": str(index)}
+    run(path, "add", "-A", "--", ".", env=env)
+    return folder, env
+
+
+def diff_against(path: Path, base: str, options: Sequence[str], *, color: bool) -> bytes:
+    """`git diff` of `base` against everything in the worktree at `path`: commits,
+    uncommitted and untracked files alike, in git's own format."""
+    folder, env = _with_temp_index(path)
+    try:
+        colour = "--color=always" if color else "--color=never"
+        return run(path, "diff", "--cached", colour, *options, base, "--", env=env).stdout
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class FileCount(NamedTuple):
+    path: str
+    added: int | None  # None for a binary file
+    removed: int | None
+
+
+def numstat(path: Path, base: str) -> list[FileCount]:
+    folder, env = _with_temp_index(path)
+    try:
+        data = run(path, "diff", "--cached", "--numstat", "-z", base, "--", env=env).stdout
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return parse_numstat(data)
+
+
+def parse_numstat(data: bytes) -> list[FileCount]:
+    """`--numstat -z`: `ADDED\\tREMOVED\\tPATH\\0`, or for a rename `A\\tR\\t\\0FROM\\0TO\\0`."""
+    counts: list[FileCount] = []
+    parts = data.split(b"\0")
+    i = 0
+    while i < len(parts):
+        item = parts[i].decode("utf-8", "surrogateescape")
+        i += 1
+        if not item:
+            continue
+        added, removed, name = item.split("\t", 2)
+        if not name:  # a rename: the new name is the second path
+            name = parts[i + 1].decode("utf-8", "surrogateescape")
+            i += 2
+        counts.append(
+            FileCount(
+                name,
+                None if added == "-" else int(added),
+                None if removed == "-" else int(removed),
+            )
+        )
+    return counts
+
+
+def size_on_disk(path: Path) -> int:
+    """Bytes the folder's files take (allocated blocks), symlinks not followed."""
+    total = 0
+    stack = [str(path)]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += info.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    return total

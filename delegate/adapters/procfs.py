@@ -1,0 +1,66 @@
+"""Which live processes use a folder: their working directory, or an open file, inside it.
+
+Read from /proc (`/proc/PID/cwd` and the `/proc/PID/fd/*` links). Processes of other users
+whose links we may not read are not seen; `worktree clean` is run by the worktrees' owner,
+whose processes are the ones that matter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+PROC = "/proc"
+
+
+class Use(NamedTuple):
+    pid: int
+    how: str  # "cwd" or "open file PATH"
+
+
+def _inside(target: str, folder: str) -> bool:
+    return target == folder or target.startswith(folder + os.sep)
+
+
+def _links(pid_dir: str) -> list[tuple[str, str]]:
+    """(how, target) of the process's cwd and each of its open files that we may read."""
+    found = []
+    with contextlib.suppress(OSError):
+        found.append(("cwd", os.readlink(f"{pid_dir}/cwd")))
+    fd_dir = f"{pid_dir}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/"):  # not a pipe, socket or anon inode
+            found.append(("open file", target))
+    return found
+
+
+def processes_using(folders: list[Path]) -> dict[Path, list[Use]]:
+    """For each folder, every live process (this one excepted) with its cwd or an open file
+    inside it: one pass over /proc for all of them."""
+    roots = {folder: os.path.realpath(folder) for folder in folders}
+    found: dict[Path, list[Use]] = {folder: [] for folder in folders}
+    me = os.getpid()
+    try:
+        pids = [int(name) for name in os.listdir(PROC) if name.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        if pid == me:
+            continue
+        links = _links(f"{PROC}/{pid}")
+        for folder, root in roots.items():
+            for how, target in links:
+                if _inside(target, root):
+                    found[folder].append(Use(pid, how if how == "cwd" else f"{how} {target}"))
+                    break
+    return found

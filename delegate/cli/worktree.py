@@ -1,0 +1,141 @@
+"""`delegate diff JOB` and `delegate worktree list|clean`: a job's own git worktree."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from delegate.adapters.terminal import Column, print_json, print_listing
+from delegate.cli.common import JobIdArg, JsonOpt, open_state
+from delegate.core.timefmt import human_duration, parse_span
+from delegate.services import worktrees
+
+# The root-level commands this module adds to `delegate` (cli/app.py's table).
+commands = typer.Typer()
+worktree_app = typer.Typer(
+    help="The git worktrees of jobs submitted with --worktree.", no_args_is_help=True
+)
+commands.add_typer(worktree_app, name="worktree")
+
+
+@commands.command("diff")
+def diff(
+    job_id: JobIdArg,
+    stat: Annotated[bool, typer.Option("--stat", help="A diffstat instead of the patch.")] = False,
+    name_only: Annotated[
+        bool, typer.Option("--name-only", help="Only the names of the files changed.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> int:
+    """The job's changes against its base: commits, uncommitted and untracked files.
+
+    In git's own format (pipe it to `less -R` or `delta`); --json: one line per file with the
+    lines added and removed.
+    Example: delegate diff 1a2b3c4d --stat
+    """
+    state = open_state()
+    if as_json:
+        for entry in worktrees.diff_counts(state, job_id):
+            print_json(entry)
+        return 0
+    options = [*(["--stat"] if stat else []), *(["--name-only"] if name_only else [])]
+    patch = worktrees.diff(state, job_id, options, color=sys.stdout.isatty())
+    sys.stdout.buffer.write(patch)
+    sys.stdout.flush()
+    return 0
+
+
+def _size(size: int | None) -> str:
+    if size is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size = size / 1024  # type: ignore[assignment]
+    return "-"
+
+
+def _cells(row: worktrees.WorktreeRow) -> list[str]:
+    dirty = row.problem or (f"{row.changed} changed" if row.changed else "clean")
+    ahead = "-" if row.ahead is None else f"+{row.ahead} -{row.behind}"
+    return [
+        row.job_id,
+        row.state,
+        row.branch,
+        ahead,
+        dirty,
+        row.kept_by,
+        _size(row.size),
+        human_duration(row.age_s),
+        row.path,
+    ]
+
+
+@worktree_app.command("list")
+def worktree_list(as_json: JsonOpt = False) -> int:
+    """Each job's worktree: branch, ahead/behind its base, dirty or clean, merged, pushed or
+    unpushed commits, size on disk, age.
+
+    Example: delegate worktree list --json
+    """
+    print_listing(
+        worktrees.listing(open_state()),
+        [
+            "JOB",
+            "STATE",
+            "BRANCH",
+            "AHEAD/BEHIND",
+            "CHANGES",
+            "COMMITS",
+            "SIZE",
+            "AGE",
+            Column("PATH", free=True),
+        ],
+        _cells,
+        as_json=as_json,
+        to_json=lambda r: r.to_dict(),
+        empty="no job worktrees",
+    )
+    return 0
+
+
+@worktree_app.command("clean")
+def worktree_clean(
+    older_than: Annotated[
+        str | None,
+        typer.Option("--older-than", help="Only jobs that ended longer ago than this (7d, 12h)."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> int:
+    """Remove the worktrees that hold nothing to lose; say why each other one is kept.
+
+    Removed only when the job ended, nothing is uncommitted or untracked, every commit is on
+    the base branch or a remote, and no process works inside it. Its branch is deleted only
+    when merged (`git branch -d`). Nothing is ever forced.
+    Example: delegate worktree clean --older-than 7d --dry-run
+    """
+    span = None if older_than is None else parse_span(older_than, "--older-than")
+    results = worktrees.clean(open_state(), older_than_s=span, dry_run=dry_run)
+    if as_json:  # a report of what was done, as `cancel` prints: text unless asked
+        for result in results:
+            print_json(result.to_dict())
+        return 0
+    if not results:
+        print("no job worktrees", file=sys.stderr)
+    for result in results:
+        _say_result(result)
+    return 0
+
+
+def _say_result(result: Any) -> None:
+    if result.action == "kept":
+        print(f"{result.job_id} kept: {'; '.join(result.reasons)}")
+        return
+    print(f"{result.job_id} {result.action}: {result.path}")
+    if result.branch_note:
+        print(f"{result.job_id} {result.branch_note}")
