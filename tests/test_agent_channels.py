@@ -24,6 +24,11 @@ def _profiles(home: Path) -> None:
     stream = ["--output-format", "stream-json", "--verbose", "--settings", "{settings_file}"]
     (home / "delegate.toml").write_text(
         textwrap.dedent(f"""
+        # the fake agent's permission request waits for a decision: nobody answers here, so
+        # the timeout does (deny) after a second
+        [approvals]
+        timeout = 1
+
         [profiles.fakeclaude]
         command = {json.dumps([*claude, "-p", *stream])}
         resume = {json.dumps([*claude, "-p", "--resume", "{conversation_id}", *stream])}

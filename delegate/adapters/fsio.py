@@ -52,8 +52,12 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
-    """Replace `path` with `data` so that readers and crashes see old or new, never a mix."""
+def atomic_write(
+    path: Path, data: bytes, *, mode: int = PRIVATE_FILE, durable: bool = True
+) -> None:
+    """Replace `path` with `data` so that readers and crashes see old or new, never a mix.
+    `durable=False` skips the fsyncs: for a file that only matters while its reader lives
+    (a crash loses it, and its reader with it), where the milliseconds do matter."""
     folder = path.parent
     # A dot name with a fixed suffix keeps temp files out of `*.json` globs and easy to sweep.
     tmp = folder / f".{path.name}.{os.getpid()}.{time.monotonic_ns()}{TEMP_SUFFIX}"
@@ -63,7 +67,8 @@ def atomic_write(path: Path, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         tmp.unlink(missing_ok=True)
@@ -74,7 +79,8 @@ def atomic_write(path: Path, data: bytes, *, mode: int = PRIVATE_FILE) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(folder)
+    if durable:
+        fsync_dir(folder)
 
 
 def append_line(path: Path, line: bytes, *, durable: bool = True) -> None:

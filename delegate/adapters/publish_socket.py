@@ -58,6 +58,20 @@ def socket_path(job_dir: Path, job_id: str) -> Path | None:
     return candidate if len(os.fsencode(candidate)) < _MAX_PATH else None
 
 
+class _Pending:
+    """A request being answered, which a retry of it (same id) waits for."""
+
+    def __init__(self) -> None:
+        import threading  # the server's (as in PublishServer.__init__)
+
+        self.done = threading.Event()
+        self.response: dict[str, Any] = {
+            "ok": False,
+            "message": "the request failed in the wrapper",
+            "exit_code": 70,
+        }
+
+
 class PublishServer:
     """Serves publish requests for one job from a daemon thread, one at a time."""
 
@@ -71,6 +85,8 @@ class PublishServer:
         self.path = path
         self.handler = handler  # (request dict) -> response dict
         self._answers: OrderedDict[str, dict[str, Any]] = OrderedDict()  # request id -> answer
+        self._lock = threading.Lock()  # connections are served on threads of their own
+        self._pending: dict[str, _Pending] = {}  # request id -> its first, still being answered
         self._peers = {os.getuid(), owner[0]} if owner else {os.getuid()}
         path.unlink(missing_ok=True)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -86,19 +102,26 @@ class PublishServer:
         self._thread.start()
 
     def _serve(self) -> None:
+        import threading  # the server's (as in __init__)
+
         while True:
             try:
                 conn, _ = self._sock.accept()
             except OSError:
                 return  # closed
-            with conn:
-                try:
-                    if self._peer_uid(conn) not in self._peers:
-                        continue  # not the agent's user, nor ours: say nothing
-                    conn.settimeout(CONNECTION_TIMEOUT_S)
-                    conn.sendall(json.dumps(self._answer(conn)).encode())
-                except OSError:
-                    continue  # the client went away, or stopped talking
+            # each connection on a thread of its own: a permission request waits minutes for
+            # its decision, and the agent's other reports must not wait behind it
+            threading.Thread(target=self._talk, args=(conn,), daemon=True).start()
+
+    def _talk(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                if self._peer_uid(conn) not in self._peers:
+                    return  # not the agent's user, nor ours: say nothing
+                conn.settimeout(CONNECTION_TIMEOUT_S)
+                conn.sendall(json.dumps(self._answer(conn)).encode())
+            except OSError:
+                return  # the client went away, or stopped talking
 
     @staticmethod
     def _peer_uid(conn: socket.socket) -> int:
@@ -122,14 +145,37 @@ class PublishServer:
         if not isinstance(request, dict):
             return {"ok": False, "message": "malformed request", "exit_code": 64}
         request_id = request.pop("request_id", None)
-        if isinstance(request_id, str) and request_id in self._answers:
-            return self._answers[request_id]  # a retry: the first receipt, not a second event
-        response: dict[str, Any] = self.handler(request)
-        if isinstance(request_id, str) and response.get("ok"):
-            self._answers[request_id] = response
-            while len(self._answers) > REMEMBERED_ANSWERS:
-                self._answers.popitem(last=False)
-        return response
+        if not isinstance(request_id, str):
+            response: dict[str, Any] = self.handler(request)
+            return response
+        return self._answer_once(request_id, request)
+
+    def _answer_once(self, request_id: str, request: dict[str, Any]) -> dict[str, Any]:
+        """The handler's answer to `request`, given once per request id: a retry gets the first
+        answer (waiting for it while it is being made), never a second event."""
+        with self._lock:
+            if request_id in self._answers:
+                return self._answers[request_id]  # a retry: the first receipt, not a second event
+            first = self._pending.get(request_id)
+            if first is None:
+                self._pending[request_id] = first = _Pending()
+                mine = True
+            else:
+                mine = False
+        if not mine:  # a retry while the first is still being answered: its answer, once
+            first.done.wait()
+            return first.response
+        try:
+            first.response = self.handler(request)
+        finally:
+            with self._lock:
+                if first.response.get("ok"):
+                    self._answers[request_id] = first.response
+                    while len(self._answers) > REMEMBERED_ANSWERS:
+                        self._answers.popitem(last=False)
+                del self._pending[request_id]
+            first.done.set()
+        return first.response
 
     def close(self) -> None:
         try:

@@ -619,6 +619,7 @@ ROOT_COMMANDS: dict[str, str] = {
     "group": _GROUP,
     **dict.fromkeys(("msg", "lock", "board", "bb", "bus", "claim"), _COORD),
     "host": _HOSTS,
+    **dict.fromkeys(("approve", "approvals"), "delegate.cli.approvals"),
     "dashboard": _DASHBOARD,
     "mcp": "delegate.cli.mcp",
     "worktree": _WORKTREE,

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # importing it for real costs the fast path; only the type ch
     pass
 
 PUBLISH_OPTIONS = ("--job", "--event", "--detail", "--data")
+PERMISSION_WAIT_S = 7 * 24 * 3600.0  # the wrapper's [approvals] timeout ends the wait first
 
 
 def parse_publish_args(argv: list[str]) -> dict[str, str | None]:
@@ -105,6 +106,32 @@ def _hook_request(request: dict[str, object]) -> None:
         record_request(request)
 
 
+def _permission(payload: dict[str, object]) -> bool:
+    """Hand a permission request to the pane's wrapper and print its decision for the agent;
+    False when no wrapper can decide (the request is then only reported)."""
+    path = settings().publish_socket
+    if not path:
+        return False
+    # publish_socket: only a hook inside a pane talks to its wrapper
+    from delegate.adapters.publish_socket import request
+
+    asked = {
+        "op": "permission",
+        "tool_name": payload.get("tool_name"),
+        "tool_input": payload.get("tool_input"),
+    }
+    # One attempt, and no client-side deadline shorter than the wrapper's: it answers when a
+    # person, a rule or [approvals] timeout decides; asking twice would ask the person twice.
+    answer = request(path, asked, timeout_s=PERMISSION_WAIT_S, attempts=1)
+    if answer is None or not answer.get("ok") or not isinstance(answer.get("hook_output"), dict):
+        if answer is not None and not answer.get("ok"):
+            say(f"hook: {answer.get('message', 'the permission request failed')}")
+        return False
+    sys.stdout.write(json.dumps(answer["hook_output"]) + "\n")
+    sys.stdout.flush()
+    return True
+
+
 def main_hook(argv: list[str]) -> int:
     """`delegate hook`: a Claude Code hook call (its JSON on stdin) turned into this job's
     events, through the pane's wrapper when there is one. It never blocks the agent: whatever
@@ -118,6 +145,8 @@ def main_hook(argv: list[str]) -> int:
         payload = json.loads(raw) if len(raw) <= 1024 * 1024 else None
         if not isinstance(payload, dict):
             raise UsageError("the hook input is not a JSON object of at most 1 MiB")
+        if payload.get("hook_event_name") == "PermissionRequest" and _permission(payload):
+            return 0  # decided: the answer is on stdout for the agent
         from delegate.core.channels import hook_events  # the hook's, not publish's
 
         for item in hook_events(payload):

@@ -39,10 +39,12 @@ from delegate.config.settings import (
     process_env,
 )
 from delegate.coord.heartbeats import Beater
+from delegate.core.approvals import hook_answer
 from delegate.core.channels import parser_for
 from delegate.core.errors import BusError, DelegateError, PublishRefused, guarded, say
 from delegate.core.model import EventType
 from delegate.services.jobs import agent_env
+from delegate.services.jobs.approvals import ask
 from delegate.services.jobs.finish import AuditLine, end_by_event
 from delegate.services.jobs.publish import publish_event, publish_receipt, record_conversation
 from delegate.services.state import State
@@ -215,34 +217,14 @@ def serve_publishes(state: State, job_id: str, identity: AgentIdentity | None = 
     publish_socket). For an agent running as another user the socket lives in a folder of
     theirs, since the job's log folder is closed to them."""
 
+    remembered: list[str] = []  # tools `approve --remember` allowed for the rest of the job
+
     def handle(request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("op") == "permission":  # a permission hook waiting for its decision
+            return _permission(state, job_id, request, remembered)
         if request.get("op") == "conversation":  # a hook naming the agent's conversation
-            conversation = request.get("conversation_id")
-            if not isinstance(conversation, str) or not conversation:
-                return {"ok": False, "message": "no conversation id", "exit_code": 64}
-            record_conversation(state, job_id, conversation)
-            return {"ok": True, "receipt": {"job_id": job_id, "conversation_id": conversation}}
-        asked = request.get("job")
-        if asked not in (None, job_id):
-            return {
-                "ok": False,
-                "message": f"this wrapper reports for job {job_id} only, not {asked!r}",
-                "exit_code": 67,
-            }
-        try:
-            receipt = publish_receipt(
-                state,
-                job=job_id,
-                event=str(request.get("event")),
-                detail=str(request.get("detail") or ""),
-                data=request.get("data"),
-            )
-        except DelegateError as exc:
-            return {"ok": False, "message": str(exc), "exit_code": exc.exit_code}
-        except Exception as exc:  # a bug must not kill the server; the client hears of it
-            log.error("publish request failed: %s", exc)
-            return {"ok": False, "message": f"internal error: {exc}", "exit_code": 70}
-        return {"ok": True, "receipt": receipt}
+            return _conversation(state, job_id, request)
+        return _publish(state, job_id, request)
 
     if identity is not None:
         path: Path | None = identity.folder / "publish.sock"
@@ -255,6 +237,55 @@ def serve_publishes(state: State, job_id: str, identity: AgentIdentity | None = 
     except OSError as exc:
         log.warning("not serving publishes over a socket: %s", exc)
         return None
+
+
+def _conversation(state: State, job_id: str, request: dict[str, Any]) -> dict[str, Any]:
+    """A hook naming the agent's conversation: recorded on the job."""
+    conversation = request.get("conversation_id")
+    if not isinstance(conversation, str) or not conversation:
+        return {"ok": False, "message": "no conversation id", "exit_code": 64}
+    record_conversation(state, job_id, conversation)
+    return {"ok": True, "receipt": {"job_id": job_id, "conversation_id": conversation}}
+
+
+def _publish(state: State, job_id: str, request: dict[str, Any]) -> dict[str, Any]:
+    """A `delegate publish` of this job's agent, published for it."""
+    asked = request.get("job")
+    if asked not in (None, job_id):
+        return {
+            "ok": False,
+            "message": f"this wrapper reports for job {job_id} only, not {asked!r}",
+            "exit_code": 67,
+        }
+    try:
+        receipt = publish_receipt(
+            state,
+            job=job_id,
+            event=str(request.get("event")),
+            detail=str(request.get("detail") or ""),
+            data=request.get("data"),
+        )
+    except DelegateError as exc:
+        return {"ok": False, "message": str(exc), "exit_code": exc.exit_code}
+    except Exception as exc:  # a bug must not kill the server; the client hears of it
+        log.error("publish request failed: %s", exc)
+        return {"ok": False, "message": f"internal error: {exc}", "exit_code": 70}
+    return {"ok": True, "receipt": receipt}
+
+
+def _permission(
+    state: State, job_id: str, request: dict[str, Any], remembered: list[str]
+) -> dict[str, Any]:
+    """Decide a permission request (a rule, a person, the timeout) and give the hook the
+    answer it prints for its agent."""
+    tool = str(request.get("tool_name") or "a tool")
+    try:
+        decision = ask(state, job_id, tool, request.get("tool_input"), remembered=remembered)
+    except DelegateError as exc:
+        return {"ok": False, "message": str(exc), "exit_code": exc.exit_code}
+    if decision.remember and tool not in remembered:
+        remembered.append(tool)
+    return {"ok": True, "hook_output": hook_answer(decision)}
 
 
 def outcome_for(returncode: int, clean_exit: str) -> tuple[str, str]:

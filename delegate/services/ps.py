@@ -73,6 +73,11 @@ def last_event(state: State, job_id: str) -> str:
     return _last_event(state, job_id)[0]
 
 
+def last_event_detail(state: State, job_id: str) -> tuple[str, str]:
+    """The newest published or received event (`3 progress`) and its detail."""
+    return _last_event(state, job_id)
+
+
 def _last_event(state: State, job_id: str) -> tuple[str, str]:
     """The newest published or received event (`3 progress`) and its detail."""
     path = state.audit.events_path(job_id)

@@ -22,8 +22,10 @@ from typing import Any, NamedTuple
 from delegate.adapters.fsio import atomic_write
 from delegate.adapters.groups import GroupBook
 from delegate.adapters.tmux import Tmux, TmuxUnreachable, validate_session_name
+from delegate.config.approvals import approval_settings
 from delegate.config.profiles import Profile, read_config, resolve
 from delegate.core import hostproto
+from delegate.core.approvals import DEFAULT_TIMEOUT_S
 from delegate.core.caps import AFTER_RULES, Gate, broken_dependency
 from delegate.core.errors import (
     DelegateError,
@@ -178,12 +180,19 @@ def parse_on_event(text: str | None) -> list[str] | None:
 HOOK_EVENTS = ("PermissionRequest", "Notification", "Stop", "SessionStart")
 
 
-def claude_settings() -> bytes:
+def claude_settings(permission_wait_s: float = DEFAULT_TIMEOUT_S) -> bytes:
     """This job's Claude Code settings (passed with --settings; the user's own are never
-    edited): every hook we listen to calls this installation's `delegate hook`."""
+    edited): every hook we listen to calls this installation's `delegate hook`. The permission
+    hook waits for a decision up to `permission_wait_s` (`[approvals] timeout`), so Claude is
+    told to wait a minute longer than that before it gives up on the hook."""
     hook = str(Path(agent_env.toolkit_bin()) / "delegate") + " hook"
-    entry = [{"matcher": "", "hooks": [{"type": "command", "command": hook}]}]
-    return json.dumps({"hooks": {name: entry for name in HOOK_EVENTS}}, indent=2).encode()
+    hooks = {}
+    for name in HOOK_EVENTS:
+        command: dict[str, Any] = {"type": "command", "command": hook}
+        if name == "PermissionRequest":
+            command["timeout"] = int(permission_wait_s) + 60
+        hooks[name] = [{"matcher": "", "hooks": [command]}]
+    return json.dumps({"hooks": hooks}, indent=2).encode()
 
 
 def check_run_as(user: str | None) -> None:
@@ -376,7 +385,9 @@ def _admit(
     settings_path = None
     if profile.channel == "claude-stream":
         settings_path = job_dir / "claude-settings.json"
-        atomic_write(settings_path, claude_settings())
+        config = read_config(state.layout.home, state.env)
+        wait_s = approval_settings(config.tables, config.path).timeout_s
+        atomic_write(settings_path, claude_settings(wait_s))
     argv = profile.argv(
         prompt_file=prompt_path,
         workdir=workdir,

@@ -1,0 +1,75 @@
+"""`delegate approve JOB` and `delegate approvals`: answer an agent's permission request from
+any shell (services/jobs/approvals)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from delegate.adapters.terminal import Column, print_json, print_listing
+from delegate.cli.common import JobIdArg, JsonOpt, open_state
+from delegate.core.errors import say
+from delegate.core.timefmt import human_duration
+from delegate.services.jobs.approvals import decide, unanswerable, waiting_requests
+
+# The root-level commands this module adds to `delegate` (cli/app.py's table).
+commands = typer.Typer()
+
+
+@commands.command()
+def approve(
+    job_id: JobIdArg,
+    deny: Annotated[bool, typer.Option("--deny", help="Refuse instead of allowing.")] = False,
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="Why; the agent is told (with --deny).")
+    ] = None,
+    remember: Annotated[
+        bool,
+        typer.Option("--remember", help="Allow this tool without asking for the rest of the job."),
+    ] = False,
+    request_id: Annotated[
+        str | None,
+        typer.Option("--request", help="Which waiting request (default: the job's oldest)."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> int:
+    """Answer a job's permission request: allow it, or --deny it.
+
+    Example: delegate approve 1a2b3c4d --deny --reason 'not on main'
+    """
+    answered = decide(
+        open_state(), job_id, deny=deny, reason=reason, remember=remember, request_id=request_id
+    )
+    verdict = "denied" if deny else "allowed"
+    if as_json:
+        print_json({**answered._asdict(), "behavior": "deny" if deny else "allow"})
+    else:
+        print(f"{verdict}: {answered.tool} {answered.summary} (job {job_id})")
+    return 0
+
+
+@commands.command()
+def approvals(as_json: JsonOpt = False) -> int:
+    """Permission requests waiting for a decision, oldest first.
+
+    Example: delegate approvals
+    """
+    state = open_state()
+    now = time.time()
+    waiting = waiting_requests(state)
+    print_listing(
+        waiting,
+        [Column("JOB"), Column("REQUEST"), Column("TOOL"), Column("ASKS", free=True), "LEFT"],
+        lambda r: [r.job_id, r.request_id, r.tool, r.summary, human_duration(r.deadline - now)],
+        as_json=as_json,
+        to_json=lambda r: r._asdict(),
+        empty="no permission request is waiting",
+    )
+    for job in unanswerable(state):
+        say(
+            f"job {job.job_id} asks for permission ({job.detail or 'no detail'}) but its agent"
+            f" cannot wait for a decision: answer in its pane (delegate attach {job.job_id})"
+        )
+    return 0

@@ -1,0 +1,128 @@
+"""Approvals: what an agent's permission request says, the rules that answer some of them
+without a person, and the signed decision that answers the others. Pure.
+
+A decision is not a job event (the wire protocol's five events stay as they are): it is a
+small JSON object signed like an event, with HMAC-SHA256 keyed by the job's token over its
+canonical JSON without `hmac_sig`. Only whoever holds the job's token (the delegator, whose
+registry keeps it) can sign one, so a decision from anyone else is refused by the waiting side.
+"""
+
+# No `from __future__ import annotations`: typing.NamedTuple would compile each string
+# annotation into a ForwardRef at import.
+
+import fnmatch
+import hmac
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from delegate.core.protocol import canonical_json
+
+ALLOW = "allow"
+DENY = "deny"
+BEHAVIOURS = (ALLOW, DENY)
+DEFAULT_TIMEOUT_S = 600.0
+SIG_FIELD = "hmac_sig"
+SUMMARY_CHARS = 200
+# The tool_input fields that say what a call does, in the order they are looked for.
+_ARGUMENT_KEYS = ("command", "file_path", "path", "url", "pattern", "query", "prompt")
+
+
+class Rule(NamedTuple):
+    """`[[approvals.rules]]`: `tool` (a name or glob), `match` (a glob over the call's argument
+    summary, default any), and the `decision` it gives."""
+
+    tool: str
+    decision: str
+    match: str = "*"
+
+    def label(self, index: int) -> str:
+        return f"rule {index + 1} ({self.decision} {self.tool} {self.match})"
+
+
+class ApprovalSettings(NamedTuple):
+    """`[approvals]` of delegate.toml."""
+
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    on_timeout: str = DENY
+    rules: tuple[Rule, ...] = ()
+
+
+class Decision(NamedTuple):
+    """An answer to one request: allow or deny, why, and who or what made it."""
+
+    behavior: str
+    reason: str
+    maker: str
+    remember: bool = False
+
+
+def summarize(tool_input: object) -> str:
+    """The argument of a call as one short line: its command, path, URL, ..., else its JSON."""
+    if isinstance(tool_input, Mapping):
+        for key in _ARGUMENT_KEYS:
+            value = tool_input.get(key)
+            if isinstance(value, str) and value:
+                return _short(value)
+    try:
+        text = json.dumps(tool_input, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = str(tool_input)
+    return _short(text)
+
+
+def _short(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= SUMMARY_CHARS else line[: SUMMARY_CHARS - 1] + "…"
+
+
+def decide_by_rule(
+    settings: ApprovalSettings, tool: str, summary: str, remembered: Sequence[str] = ()
+) -> Decision | None:
+    """The decision of the first rule that matches the call; else an allow when the tool was
+    remembered for this job (`approve --remember`); else None: a person decides."""
+    for index, rule in enumerate(settings.rules):
+        if fnmatch.fnmatchcase(tool, rule.tool) and fnmatch.fnmatchcase(summary, rule.match):
+            return Decision(rule.decision, f"by {rule.label(index)}", rule.label(index))
+    if tool in remembered:
+        return Decision(ALLOW, f"{tool} allowed for the rest of the job", "remembered")
+    return None
+
+
+def timeout_decision(settings: ApprovalSettings) -> Decision:
+    minutes = settings.timeout_s / 60
+    waited = f"{minutes:g} min" if minutes >= 1 else f"{settings.timeout_s:g} s"
+    return Decision(settings.on_timeout, f"no decision within {waited}", "timeout")
+
+
+def sign_decision(decision: Mapping[str, Any], token: str) -> dict[str, Any]:
+    """`decision` with its signature (`hmac_sig`) added."""
+    body = {k: v for k, v in decision.items() if k != SIG_FIELD}
+    signature = hmac.new(token.encode(), canonical_json(body), "sha256").hexdigest()
+    return {**body, SIG_FIELD: signature}
+
+
+def verify_decision(decision: Mapping[str, Any], token: str) -> bool:
+    given = decision.get(SIG_FIELD)
+    if not isinstance(given, str):
+        return False
+    expected = sign_decision(decision, token)[SIG_FIELD]
+    return hmac.compare_digest(given, expected)
+
+
+def parse_decision(data: object, request_id: str) -> Decision | None:
+    """The decision a signed record carries for `request_id`, or None when it is not one."""
+    if not isinstance(data, Mapping) or data.get("request_id") != request_id:
+        return None
+    behavior, reason, maker = data.get("behavior"), data.get("reason"), data.get("maker")
+    if behavior not in BEHAVIOURS or not isinstance(reason, str) or not isinstance(maker, str):
+        return None
+    return Decision(str(behavior), reason, maker, bool(data.get("remember")))
+
+
+def hook_answer(decision: Decision) -> dict[str, Any]:
+    """What Claude Code's `PermissionRequest` hook prints on stdout to give `decision`."""
+    verdict: dict[str, Any] = {"behavior": decision.behavior}
+    if decision.behavior == DENY:
+        verdict["message"] = decision.reason
+    return {"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": verdict}}
