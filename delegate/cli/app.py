@@ -412,6 +412,14 @@ def submit(
             "--group", "-g", help="Queue group (see `delegate group`): its cap and pause."
         ),
     ] = None,
+    max_cost: Annotated[
+        float | None,
+        typer.Option("--max-cost", help="Stop it once it has spent more than USD dollars."),
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option("--max-tokens", help="Stop it once its agent has used more than N tokens."),
+    ] = None,
     no_mcp: Annotated[
         bool,
         typer.Option(
@@ -468,6 +476,8 @@ def submit(
         worktree=worktree,
         branch=branch,
         base=base,
+        max_cost=max_cost,
+        max_tokens=max_tokens,
     )
     text = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=sys.stdin)
     request = SubmitRequest.from_settings(settings, text)._replace(no_mcp=no_mcp)

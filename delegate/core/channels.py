@@ -2,8 +2,9 @@
 `ChannelEvent`s out; the wrapper and `delegate hook` publish them. No screen scraping.
 
 - `claude-stream`: Claude Code's `--output-format stream-json` lines. `system/init` names the
-  conversation; the `result` line ends the job (`completed`, or `error` when `is_error`) with
-  `num_turns`, `duration_ms`, `cost_usd` and `usage` in data.
+  conversation; each `assistant` message's `usage` is counted (against the job's budget); the
+  `result` line ends the job (`completed`, or `error` when `is_error`) with `num_turns`,
+  `duration_ms`, `cost_usd` and `usage` in data.
 - `codex-json`: `codex exec --json` lines. `thread.started` names the conversation,
   `turn.completed` reports usage as progress, `turn.failed` / `error` end the job in error, and
   the end of the stream completes it unless it failed.
@@ -26,9 +27,10 @@ PERMISSION_NOTIFICATIONS = ("permission_prompt", "elicitation_dialog")
 
 
 class ChannelEvent:
-    """An event to publish (`event` set), or a fact to record (`conversation_id` set)."""
+    """An event to publish (`event` set), or a fact to record (`conversation_id` set), and the
+    usage it reports (`usage`, `model`: counted against the job's budget)."""
 
-    __slots__ = ("conversation_id", "data", "detail", "event")
+    __slots__ = ("conversation_id", "data", "detail", "event", "model", "usage")
 
     def __init__(
         self,
@@ -36,11 +38,15 @@ class ChannelEvent:
         detail: str = "",
         data: dict[str, Any] | None = None,
         conversation_id: str | None = None,
+        usage: dict[str, Any] | None = None,
+        model: str | None = None,
     ) -> None:
         self.event = event
         self.detail = detail
         self.data = data or {}
         self.conversation_id = conversation_id
+        self.usage = usage
+        self.model = model
 
     def __repr__(self) -> str:
         return (
@@ -84,6 +90,13 @@ class ClaudeStream(_LineParser):
         kind, subtype = message.get("type"), message.get("subtype")
         if kind == "system" and subtype == "init" and isinstance(message.get("session_id"), str):
             return [ChannelEvent(conversation_id=message["session_id"])]
+        if kind == "assistant" and isinstance(message.get("message"), dict):
+            said = message["message"]
+            usage = said.get("usage")
+            if isinstance(usage, dict):  # one message's tokens: a fact, not an event
+                model = said.get("model") if isinstance(said.get("model"), str) else None
+                return [ChannelEvent(usage=usage, model=model)]
+            return []
         if kind == "result":
             self.ended = True
             data: dict[str, Any] = {
@@ -112,7 +125,7 @@ class CodexJson(_LineParser):
             return [ChannelEvent(conversation_id=message["thread_id"])]
         if kind == "turn.completed":
             usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
-            return [ChannelEvent("progress", "turn completed", {"usage": usage})]
+            return [ChannelEvent("progress", "turn completed", {"usage": usage}, usage=usage)]
         if kind in ("turn.failed", "error") and not self.failed:
             self.failed = True
             self.ended = True

@@ -156,6 +156,9 @@ class Job(NamedTuple):
     group: str | None = None
     # The job that submitted it (a sub-job an agent started through `delegate mcp`).
     parent: str | None = None
+    # What it may spend (`submit --max-cost/--max-tokens`, `[budget]`): crossing either stops it.
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
     # Its own git worktree (`submit --worktree`): repo (the person's checkout), base (commit),
     # base_ref (the branch it was made from, if any), branch, path, and once made `created`;
     # once `worktree clean` removed it, `removed_at`. None: the job shares its workdir.

@@ -43,6 +43,7 @@ from delegate.core.approvals import hook_answer
 from delegate.core.channels import parser_for
 from delegate.core.errors import BusError, DelegateError, PublishRefused, guarded, say
 from delegate.core.model import EventType
+from delegate.runtime.spending import Spending, stop_ladder
 from delegate.services.jobs import agent_env
 from delegate.services.jobs.approvals import ask
 from delegate.services.jobs.finish import AuditLine, end_by_event
@@ -168,12 +169,16 @@ def _copy_output(
 
 
 class ChannelListener:
-    """Turns the agent's own structured output (its profile's `channel`) into events."""
+    """Turns the agent's own structured output (its profile's `channel`) into events, and
+    counts the usage it reports against the job's budget (`spending`)."""
 
-    def __init__(self, state: State, job_id: str, channel: str) -> None:
+    def __init__(
+        self, state: State, job_id: str, channel: str, spending: Spending | None = None
+    ) -> None:
         self.state = state
         self.job_id = job_id
         self.parser = parser_for(channel)
+        self.spending = spending
 
     def line(self, raw: bytes) -> None:
         if self.parser is not None:
@@ -192,7 +197,13 @@ class ChannelListener:
             if item.conversation_id:
                 record_conversation(self.state, self.job_id, item.conversation_id)
                 continue
+            if item.usage is not None and self.spending is not None:
+                self.spending.count(item.usage, item.model)
+            if item.event is None:
+                continue  # a fact (usage), not an event
             if item.event in ("completed", "error"):
+                if self.spending is not None:
+                    self.spending.reported(item.data.get("cost_usd"))
                 record_usage(self.state, self.job_id, item.data)
             with contextlib.suppress(PublishRefused):
                 report(self.state, self.job_id, item.event, detail=item.detail, data=item.data)
@@ -443,7 +454,8 @@ def _run_agent(
         threads.append(threading.Thread(target=_feed, args=(agent.stdin, prompt), daemon=True))
     assert agent.stdout is not None
     # A daemon: a background child of the agent may hold its stdout open long after it exits.
-    listener = ChannelListener(state, job_id, str(launch.get("channel") or "none"))
+    spending = Spending(state, job_id, stop=lambda: stop_ladder(agent.pid))
+    listener = ChannelListener(state, job_id, str(launch.get("channel") or "none"), spending)
     threads.append(
         threading.Thread(target=_copy_output, args=(agent.stdout, log_path, listener), daemon=True)
     )

@@ -24,6 +24,7 @@ event it receives, a terminal one included, before its reconcile pass ends the j
 
 from typing import Any, NamedTuple
 
+from delegate.core.budget import BUDGET_EXCEEDED
 from delegate.core.caps import DEPENDENCY_FAILED, Gate, broken_dependency, dependency_failure
 from delegate.core.model import EventType, Job, JobState, SessionState
 from delegate.services.state import State
@@ -57,6 +58,8 @@ def event_ending(event: EventType, detail: str = "") -> tuple[JobState, str | No
     if event is EventType.COMPLETED:
         return JobState.COMPLETED, None
     if event is EventType.ERROR:
+        if detail.startswith(f"{BUDGET_EXCEEDED}:"):  # the wrapper stopped it: its own reason
+            return JobState.ERROR, detail
         return JobState.ERROR, f"agent_error: {detail}" if detail else "agent_error"
     raise ValueError(f"{event.value} does not end a job")
 

@@ -85,4 +85,9 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "wait": (lambda value: isinstance(value, bool), "must be true or false"),
     "worktree": (lambda value: isinstance(value, bool), "must be true or false"),
     "after": (_is_ids, "must be a job id or a list of them"),
+    "max_tokens": (_is_positive_int, "must be a positive integer"),
+    "max_cost": (
+        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
+        "must be a positive number of dollars",
+    ),
 }

@@ -23,6 +23,7 @@ from delegate.adapters.fsio import atomic_write
 from delegate.adapters.groups import GroupBook
 from delegate.adapters.tmux import Tmux, TmuxUnreachable, validate_session_name
 from delegate.config.approvals import approval_settings
+from delegate.config.budget import budget_for
 from delegate.config.profiles import Profile, read_config, resolve
 from delegate.core import hostproto
 from delegate.core.approvals import DEFAULT_TIMEOUT_S
@@ -83,6 +84,9 @@ class SubmitRequest(NamedTuple):
     parent: str | None = None
     # `--no-mcp`: the claude and codex profiles do not register `delegate mcp` for the job
     no_mcp: bool = False
+    # `--max-cost USD`, `--max-tokens N`: None takes `[budget]` of delegate.toml
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
     # `--worktree [--branch NAME] [--base REF]` (services/worktrees); None: as delegate.toml says
     worktree: bool | None = None
     branch: str | None = None
@@ -106,6 +110,8 @@ class SubmitRequest(NamedTuple):
             after=parse_after(settings.get("after")),
             after_rule=settings.get("after_rule"),
             group=settings.get("group"),
+            max_cost_usd=settings.get("max_cost"),
+            max_tokens=settings.get("max_tokens"),
             worktree=settings.get("worktree"),
             branch=settings.get("branch"),
             base=settings.get("base"),
@@ -260,6 +266,7 @@ def submit(
         workdir=workdir,
     )
     _check_max_running(request)
+    check_budget(request)
     check_queue_rules(state, request)
     notify = parse_on_event(request.on_event)
     if request.session is not None:
@@ -369,6 +376,22 @@ def submit_remote(
     )
 
 
+def _budget(state: State, profile: str, request: SubmitRequest) -> dict[str, Any]:
+    """The job's limits: its flags, else `[budget]` of delegate.toml (for its profile)."""
+    config = read_config(state.layout.home, state.env)
+    default = budget_for(config.tables, config.path, profile)
+    cost = request.max_cost_usd if request.max_cost_usd is not None else default.max_cost_usd
+    tokens = request.max_tokens if request.max_tokens is not None else default.max_tokens
+    return {"max_cost_usd": cost, "max_tokens": tokens}
+
+
+def check_budget(request: SubmitRequest) -> None:
+    if request.max_cost_usd is not None and not request.max_cost_usd > 0:
+        raise UsageError("--max-cost must be a positive number of dollars")
+    if request.max_tokens is not None and request.max_tokens < 1:
+        raise UsageError("--max-tokens must be a positive integer")
+
+
 def _admit(
     state: State,
     job: Job,
@@ -422,6 +445,7 @@ def _admit(
         after=list(request.after) or None,
         after_rule=request.after_rule if request.after else None,
         group=request.group,
+        **_budget(state, profile.name, request),
     )
     agent_env.save(state, job.job_id, env)
     return state.registry.admit(

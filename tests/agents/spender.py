@@ -1,0 +1,32 @@
+"""A stand-in for `claude -p --output-format stream-json`: one `assistant` message with its
+`usage` (as the pinned CLI reports each message's tokens) every 0.3 s, counting them in
+`spent.txt`, then its `result`. Budget tests stop it part way."""
+
+import json
+import sys
+import time
+
+
+def say(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def main():
+    sys.stdin.read()
+    say({"type": "system", "subtype": "init", "session_id": "conv-spender", "tools": []})
+    for n in range(1, 11):
+        usage = {"input_tokens": 300, "output_tokens": 100, "cache_read_input_tokens": 0}
+        say(
+            {
+                "type": "assistant",
+                "message": {"model": "stand-in-model", "content": [], "usage": usage},
+            }
+        )
+        with open("spent.txt", "w") as handle:
+            handle.write(str(n))
+        time.sleep(0.3)
+    say({"type": "result", "subtype": "success", "is_error": False, "result": "spent it all"})
+
+
+main()
