@@ -37,9 +37,9 @@ class Column(NamedTuple):
 COLUMNS = (
     Column("job", "JOB", 8),
     Column("state", "STATE", 9),
-    Column("agent", "AGENT", 7),
+    Column("agent", "AGENT", 6),
     Column("group", "GROUP", 6),
-    Column("time", "TIME", 7),
+    Column("time", "TIME", 6),
     Column("attempt", "TRY", 3),
     Column("cost", "COST", 6),
     Column("event", "EVENT / WAITS FOR", None),
@@ -51,9 +51,10 @@ def columns(*, with_attempt: bool = HAS_ATTEMPT) -> list[Column]:
 
 
 def event_width(screen_width: int, shown: list[Column], padding: int = 1) -> int:
-    """How wide the free column can be on a screen `screen_width` wide (a scroll bar's 2 kept)."""
+    """How wide the free column can be on a screen `screen_width` wide: what the others and
+    every column's padding leave, less a scroll bar's 2."""
     fixed = sum((c.width or 0) + 2 * padding for c in shown)
-    return max(12, screen_width - fixed - 2 * padding - 2)
+    return max(12, screen_width - fixed - 2)
 
 
 def needs_permission(row: dict[str, Any]) -> bool:
