@@ -31,3 +31,27 @@ PERMISSION_REQUIRED  # EventType: published by agents' hooks, read back by value
 pytest_plugins  # tests/conftest.py
 pytestmark
 _fresh_job_ids  # tests/bus_contract.py: an autouse fixture
+
+# textual reads these by name (runtime/top/app.py): class settings, handlers, key actions
+DEFAULT_CSS
+BINDINGS
+CSS
+TITLE
+ENABLE_COMMAND_PALETTE
+compose
+on_mount
+on_unmount
+on_resize
+on_rows_changed
+on_data_table_row_selected
+on_input_changed
+on_input_submitted
+action_answer
+action_detail
+action_logs
+action_cancel_job
+action_send_line
+action_filter
+action_close_prompt
+action_permission
+action_quit_top

@@ -30,11 +30,13 @@ def run_in_pty(
     separate_stderr: bool = False,
     on_output: Callable[[str, subprocess.Popen[bytes]], bool] | None = None,
     stdin_data: bytes | None = None,
+    type_keys: Callable[[str], bytes | None] | None = None,
 ) -> PtyResult:
     """Run `argv` with stdout (and stdin, and stderr unless `separate_stderr`) on a new pty of
     `columns` x `rows`. `on_output(text_so_far, process)` is called as output arrives; it may
     act on the process (send SIGINT) and returns True once it has done what it wanted.
-    The terminal's CR LF line ends come back as LF."""
+    `type_keys(text_so_far)` is called likewise; the bytes it returns are typed at the terminal
+    (as keys a person presses). The terminal's CR LF line ends come back as LF."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     full_env = {**env, "COLUMNS": str(columns), "LINES": str(rows), "TERM": "xterm-256color"}
@@ -70,6 +72,10 @@ def run_in_pty(
                 chunks.append(data)
             if not handled and on_output is not None:
                 handled = on_output(b"".join(chunks).decode("utf-8", "replace"), process)
+            if ready and type_keys is not None:
+                keys = type_keys(b"".join(chunks).decode("utf-8", "replace"))
+                if keys:
+                    os.write(master, keys)
             if not ready and process.poll() is not None:
                 # drain what is left, then stop
                 while select.select([master], [], [], 0.05)[0]:

@@ -14,7 +14,18 @@ from delegate.services.state import State
 from .helpers import cli_env, retry_until, run_cli
 from .test_cron import job_file
 
-HEAVY = ("typer", "click", "rich", "paho", "libtmux", "pyspark", "croniter", "networkx", "mcp")
+HEAVY = (
+    "typer",
+    "click",
+    "rich",
+    "paho",
+    "libtmux",
+    "pyspark",
+    "croniter",
+    "networkx",
+    "mcp",
+    "textual",
+)
 
 # Runs `delegate ARGV...` through the console entry point in this process, then reports which
 # heavy modules the call loaded, on stderr's last line.

@@ -196,7 +196,7 @@ class Registry:
             try:
                 job = self.get(marker.name)
             except JobNotFound:
-                marker.unlink(missing_ok=True)
+                self._drop_orphan_marker(marker)
                 continue
             except DelegateError:
                 continue  # not a job id, or quarantined and logged by get()
@@ -206,6 +206,14 @@ class Registry:
                 marker.unlink(missing_ok=True)
         jobs.sort(key=lambda j: (j.created_at, j.job_id))
         return jobs
+
+    def _drop_orphan_marker(self, marker: Path) -> None:
+        """Drop an open marker whose record is missing, once sure it is a crash's leftover:
+        `register` sets the marker and then writes the record, both under the lock, so a
+        reader that came between the two looks again under the lock."""
+        with self.locked():
+            if not self.path_for(marker.name).exists():
+                marker.unlink(missing_ok=True)
 
     def _open_locked(self) -> builtins.list[Job]:
         jobs = []

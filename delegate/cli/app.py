@@ -522,6 +522,12 @@ def ps(
     tree: Annotated[
         bool, typer.Option("--tree", help="Draw the open jobs as the graph of their --after.")
     ] = False,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch", help="The live full-screen view (`delegate top`); piped: one snapshot."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> int:
     """Open jobs (queued, pending, running) and the most recently finished, with their sessions.
@@ -529,6 +535,9 @@ def ps(
     TIME is how long a job has run (finished: start to end; queued or pending: its wait so far).
     Example: delegate ps --limit 20 --json
     """
+    shown = live_view(limit, group, others=(host, tree, show_all, as_json)) if watch else None
+    if shown is not None:  # the live view ran (at a terminal); else one snapshot, as ps prints
+        return shown
     if host is not None:  # what that agent host says of its open jobs (its presence)
         from delegate.services.remote import host_jobs  # services.remote: only `ps --host`
 
@@ -584,6 +593,21 @@ def ps(
     return 0
 
 
+def live_view(limit: int, group: str | None, *, others: tuple[Any, ...]) -> int | None:
+    """`ps --watch`: the live view at a terminal, and its exit status; None when not at a
+    terminal (then `ps` prints one snapshot)."""
+    if any(others):
+        raise typer.BadParameter(
+            "--watch takes --limit and --group, not --all, --host, --tree or --json"
+        )
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return None
+    # textual: only for the live view
+    from delegate.runtime.top.app import run_top
+
+    return run_top(open_state(), recent=max(0, limit), group=group)
+
+
 def print_dependency_tree(state: State, *, group: str | None) -> None:
     """`ps --tree`: each open job under the jobs it waits for, with its state and why it
     waits (or how it ended)."""
@@ -631,6 +655,7 @@ ROOT_COMMANDS: dict[str, str] = {
     "host": _HOSTS,
     **dict.fromkeys(("approve", "approvals"), "delegate.cli.approvals"),
     "dashboard": _DASHBOARD,
+    "top": "delegate.cli.top",
     "mcp": "delegate.cli.mcp",
     "worktree": _WORKTREE,
 }

@@ -3,7 +3,8 @@
 Scripts poll `ps --json`; this answers with the typer command's options and the very output of
 its JSON branch (`print_ps_json`, which the typer command calls too; a test compares the two).
 What it does not handle goes to typer: tables (at a terminal, without --json), `--host` (it asks
-the broker), `--help`, and any argument it does not take or cannot read (typer says why).
+the broker), `--tree`, `--watch` (the live view), `--help`, and any argument it does not take or
+cannot read (typer says why).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ PS_OPTIONS = {
     "--wide": False,
     "--group": True,
     "--tree": False,
+    "--watch": False,
     "--json": False,
 }
 DEFAULT_LIMIT = 10  # `ps --limit` when not given (the typer command uses it too)
@@ -35,7 +37,8 @@ def parse_ps_args(argv: list[str]) -> tuple[bool, int, str | None] | None:
     except DelegateError:
         return None
     limit = str(values.get("--limit", DEFAULT_LIMIT))
-    if positional or "--host" in values or "--tree" in values or not limit.isdigit():
+    to_typer = {"--host", "--tree", "--watch"} & values.keys()
+    if positional or to_typer or not limit.isdigit():
         return None
     as_json = bool(values.get("--json"))
     if not (as_json or not sys.stdout.isatty()):

@@ -61,6 +61,8 @@ def row_dict(row: ps.Row, cost_usd: float | None) -> dict[str, Any]:
         "started_at": row.started_at,
         "ended_at": row.ended_at,
         "cost_usd": cost_usd,
+        "group": row.group,
+        "waiting_for": row.waiting_for,
     }
 
 

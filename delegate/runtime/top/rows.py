@@ -1,0 +1,190 @@
+"""What `delegate top` shows, as plain text: the columns, each row's cells, the filter, the
+header's counts, and a job's detail. No textual here, so its logic is tested without a screen.
+
+A row is the dashboard's live-table row (`runtime.dashboard.snapshot.row_dict`: `ps`'s row with
+the cost, group and why a queued job waits), which `runtime.dashboard.live.LiveTable` keeps
+up to date from the bus and the registry.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, NamedTuple
+
+from delegate.adapters.audit import PUBLISHED, RECEIVED, parse_line
+from delegate.core.errors import DelegateError
+from delegate.core.eventlines import audit_line
+from delegate.core.model import Job
+from delegate.core.timefmt import human_duration
+from delegate.runtime.dashboard.snapshot import TERMINAL_STATES
+from delegate.services.logs import follow_log
+from delegate.services.session import peek
+from delegate.services.state import State
+
+PERMISSION_EVENT = "permission_required"
+# Retries (issue 21's `attempt`) are not in every version of the record: the column shows only
+# where the Job has the field.
+HAS_ATTEMPT = "attempt" in Job._fields
+EVENT_KINDS = (PUBLISHED, RECEIVED)
+
+
+class Column(NamedTuple):
+    key: str  # the DataTable's column key
+    label: str
+    width: int | None  # None: what the screen has left
+
+
+COLUMNS = (
+    Column("job", "JOB", 8),
+    Column("state", "STATE", 9),
+    Column("agent", "AGENT", 6),
+    Column("group", "GROUP", 6),
+    Column("time", "TIME", 6),
+    Column("attempt", "TRY", 3),
+    Column("cost", "COST", 6),
+    Column("event", "EVENT / WAITS FOR", None),
+)
+
+
+def columns(*, with_attempt: bool = HAS_ATTEMPT) -> list[Column]:
+    return [c for c in COLUMNS if with_attempt or c.key != "attempt"]
+
+
+def event_width(screen_width: int, shown: list[Column], padding: int = 1) -> int:
+    """How wide the free column can be on a screen `screen_width` wide: what the others and
+    every column's padding leave, less a scroll bar's 2."""
+    fixed = sum((c.width or 0) + 2 * padding for c in shown)
+    return max(12, screen_width - fixed - 2)
+
+
+def needs_permission(row: dict[str, Any]) -> bool:
+    """An open job whose last event asks a person for permission."""
+    event = str(row.get("last_event") or "")
+    return row.get("state") not in TERMINAL_STATES and event.endswith(PERMISSION_EVENT)
+
+
+def elapsed(row: dict[str, Any], now: float | None = None) -> float | None:
+    """The TIME column: the row's duration, plus the time since it was read for a job that is
+    still going (its clock runs on between rebuilds)."""
+    duration = row.get("duration_s")
+    if duration is None or row.get("state") in TERMINAL_STATES:
+        return duration
+    as_of = row.get("as_of")
+    now = time.time() if now is None else now
+    return float(duration) + max(0.0, now - as_of) if as_of else float(duration)
+
+
+def what_happens(row: dict[str, Any]) -> str:
+    """The free column: why a queued job waits; else the last event with its detail; else why
+    it ended."""
+    if row.get("state") == "queued":
+        return f"waits for {row.get('waiting_for') or 'a slot'}"
+    event = str(row.get("last_event") or "")
+    detail = str(row.get("last_detail") or "")
+    said = f"{event}: {detail}" if event and detail else event
+    if row.get("state") in TERMINAL_STATES and row.get("end_reason") not in (None, "", "-"):
+        said = f"{said} ({row['end_reason']})" if said else str(row["end_reason"])
+    return said or "-"
+
+
+def cost_text(cost: float | None) -> str:
+    return "-" if cost is None else f"${cost:.2f}"
+
+
+def cells(row: dict[str, Any], shown: list[Column], *, event_width: int) -> list[str]:
+    """The row's text for each of the `shown` columns, each cut to its width."""
+    values = {
+        "job": row["job_id"],
+        "state": row.get("state") or "-",
+        "agent": row.get("agent") or "-",
+        "group": row.get("group") or "-",
+        "time": human_duration(elapsed(row)),
+        "attempt": str(row.get("attempt") or "-"),
+        "cost": cost_text(row.get("cost_usd")),
+        "event": what_happens(row),
+    }
+    return [cut(values[c.key], c.width or event_width) for c in shown]
+
+
+def cut(text: str, width: int) -> str:
+    text = " ".join(text.split())  # one line: a detail may hold newlines
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def matches(row: dict[str, Any], needle: str) -> bool:
+    """The `/` filter: every word of `needle` appears in the row's id, state, agent, group,
+    session or free column (case does not matter)."""
+    if not needle.strip():
+        return True
+    fields = ("job_id", "state", "agent", "group", "session")
+    hay = " ".join([*(str(row.get(k) or "") for k in fields), what_happens(row)]).lower()
+    return all(word in hay for word in needle.lower().split())
+
+
+def counts(rows: list[dict[str, Any]]) -> str:
+    """The header's summary: how many run, wait, ask for permission, ended."""
+    states = [r.get("state") for r in rows]
+    asking = sum(1 for r in rows if needs_permission(r))
+    parts = [
+        f"{states.count('running')} running",
+        f"{states.count('queued')} queued",
+        f"{states.count('pending')} pending",
+    ]
+    if asking:
+        parts.append(f"{asking} ASK PERMISSION")
+    parts.append(f"{sum(1 for s in states if s in TERMINAL_STATES)} ended")
+    return " · ".join(parts)
+
+
+def with_attempts(state: State, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with each job's attempt from its record, where records have one."""
+    if not HAS_ATTEMPT:
+        return rows
+    out = []
+    for row in rows:
+        try:
+            attempt = getattr(state.registry.get(row["job_id"]), "attempt", None)
+        except DelegateError:
+            attempt = None
+        out.append({**row, "attempt": attempt})
+    return out
+
+
+def _trail(state: State, job_id: str, *, events_only: bool, width: int) -> list[str]:
+    """The job's audit trail as `delegate logs` prints it at a terminal (each event once)."""
+    raw: list[bytes] = []
+    follow_log(state, job_id, raw.append)
+    lines = []
+    for line in raw:
+        entry = parse_line(line)
+        if entry is None:
+            continue
+        if events_only and entry.get("kind") not in EVENT_KINDS:
+            continue
+        lines.append(audit_line(entry, width=width))
+    return lines
+
+
+def detail_lines(state: State, job_id: str, *, width: int = 80, pane_lines: int = 30) -> list[str]:
+    """Enter on a job: its pane's tail (`delegate peek`) and its events."""
+    job = state.registry.get(job_id)
+    lines = [f"job {job_id}  {job.status.value}  {job.agent or '-'}  session {job.session or '-'}"]
+    if job.error:
+        lines.append(f"ended: {job.error}")
+    lines += ["", "── pane (last lines) ──"]
+    if job.host:
+        lines.append(f"(the pane is on host {job.host})")
+    elif not job.session:
+        lines.append("(no pane)")
+    else:
+        try:
+            lines += peek(state, job.session, lines=pane_lines) or ["(empty)"]
+        except DelegateError as exc:
+            lines.append(f"({exc})")
+    lines += ["", "── events ──"]
+    return lines + _trail(state, job_id, events_only=True, width=width)
+
+
+def log_lines(state: State, job_id: str, *, width: int = 80) -> list[str]:
+    """`l` on a job: its whole audit trail, as `delegate logs` prints it."""
+    return _trail(state, job_id, events_only=False, width=width)
