@@ -610,7 +610,7 @@ ROOT_COMMANDS: dict[str, str] = {
         ("register", "publish", "hook", "watch", "jobs", "show", "logs", "cancel", "pick"), _HERE
     ),
     **dict.fromkeys(("submit", "ps"), _HERE),
-    "diff": _WORKTREE,
+    **dict.fromkeys(("diff", "merge", "review", "compare"), _WORKTREE),
     **dict.fromkeys(("attach", "send", "peek"), _SESSION),
     **dict.fromkeys(("heartbeat", "agents", "block", "unblock", "deadlocks"), _COORD),
     **dict.fromkeys(("monitor", "report", "doctor"), _UPKEEP),

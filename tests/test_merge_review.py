@@ -1,0 +1,107 @@
+"""`delegate merge`, `review`, `submit --fan-out` and `compare`, with real git repositories made
+here and stand-in agents in a real tmux server on an isolated socket."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .helpers import assert_one_line_error, json_lines, run_cli, submit_shell
+from .test_git_adapter import make_repo, sh_git
+from .test_worktree import checkout_state, job_record, submit_in_worktree, wait_ended
+
+AGENTS = Path(__file__).resolve().parent / "agents"
+COMMIT = 'printf "%s\\n" {text} > {file} && git add {file} && git commit -q -m "{file}"'
+
+
+def committing_job(home: Path, env, repo: Path, file: str, text: str) -> str:
+    """A job that commits `text` as `file` on its branch; ended when this returns."""
+    job_id = submit_in_worktree(home, env, repo, COMMIT.format(file=file, text=text))
+    wait_ended(home, job_id)
+    return job_id
+
+
+def test_a_conflict_leaves_the_checkout_byte_identical_and_names_the_file(
+    home: Path, tmux_env, tmp_path: Path
+):
+    repo = make_repo(tmp_path / "repo")
+    job_id = committing_job(home, tmux_env, repo, "f0.txt", "theirs")
+    (repo / "f0.txt").write_text("ours\n")
+    sh_git(repo, "commit", "-q", "-am", "ours")
+    (repo / "notes.txt").write_text("untracked, kept\n")
+    before = checkout_state(repo)
+    result = run_cli(home, "merge", job_id, env=tmux_env)
+    assert result.returncode == 1
+    assert "conflict in f0.txt" in result.stderr and "main unchanged" in result.stderr
+    assert checkout_state(repo) == before  # status, HEAD, branches and worktrees
+    assert (repo / "f0.txt").read_text() == "ours\n"
+    assert job_record(home, job_id).merged is None
+
+
+def test_a_failing_check_merges_nothing(home: Path, tmux_env, tmp_path: Path):
+    repo = make_repo(tmp_path / "repo")
+    job_id = committing_job(home, tmux_env, repo, "a.txt", "a")
+    before = checkout_state(repo)
+    check = "sh -c 'echo first; echo tests failed: 3; exit 3'"
+    result = run_cli(home, "merge", job_id, "--check", check, env=tmux_env)
+    assert result.returncode == 1
+    assert "--check failed (exit 3)" in result.stderr and "tests failed: 3" in result.stderr
+    assert checkout_state(repo) == before
+    assert not (repo / "a.txt").exists()
+
+
+def test_queue_merges_three_jobs_in_order_each_checked_on_the_last(
+    home: Path, tmux_env, tmp_path: Path
+):
+    repo = make_repo(tmp_path / "repo")
+    jobs = [committing_job(home, tmux_env, repo, f"{n}.txt", n) for n in ("a", "b", "c")]
+    # the check sees the merged result: the job's file and every file merged before it
+    check = 'sh -c \'ls *.txt | tr "\\n" " " >&2; test -e a.txt\''
+    result = run_cli(home, "merge", *jobs, "--queue", "--check", check, "--json", env=tmux_env)
+    assert result.returncode == 0, result.stderr
+    merged = json_lines(result.stdout)
+    assert [m["job_id"] for m in merged] == jobs
+    assert [m["outcome"] for m in merged] == ["merged"] * 3
+    assert "a.txt b.txt c.txt f0.txt" in merged[2]["check"]["tail"][0]
+    log = sh_git(repo, "log", "--format=%H %s", "--first-parent", "-3").splitlines()
+    assert [line.split(" ", 1)[0] for line in reversed(log)] == [m["commit"] for m in merged]
+    assert all(f"Merge job {j}" in line for j, line in zip(jobs, reversed(log), strict=True))
+    assert sh_git(repo, "status", "--porcelain") == ""
+    assert all((repo / f"{n}.txt").exists() for n in ("a", "b", "c"))
+    record = job_record(home, jobs[1])
+    assert record.merged is not None and record.merged["commit"] == merged[1]["commit"]
+    assert record.merged["into"] == "main"
+
+
+def test_merge_into_a_branch_not_checked_out_and_squash(home: Path, tmux_env, tmp_path: Path):
+    repo = make_repo(tmp_path / "repo")
+    sh_git(repo, "branch", "release")
+    job_id = committing_job(home, tmux_env, repo, "a.txt", "a")
+    before = checkout_state(repo)
+    result = run_cli(home, "merge", job_id, "--into", "release", "--squash", env=tmux_env)
+    assert result.returncode == 0, result.stderr
+    assert checkout_state(repo)[:2] == before[:2]  # main, checked out, untouched
+    assert sh_git(repo, "show", "release:a.txt") == "a\n"
+    parents = sh_git(repo, "rev-list", "--parents", "-1", "release").split()
+    assert len(parents) == 2  # a squash: one parent
+
+
+def test_a_dirty_checkout_is_refused_naming_the_files(home: Path, tmux_env, tmp_path: Path):
+    repo = make_repo(tmp_path / "repo")
+    job_id = committing_job(home, tmux_env, repo, "a.txt", "a")
+    (repo / "f0.txt").write_text("half done\n")
+    before = checkout_state(repo)
+    result = run_cli(home, "merge", job_id, env=tmux_env)
+    assert_one_line_error(result)
+    assert "uncommitted changes" in result.stderr and "f0.txt" in result.stderr
+    assert checkout_state(repo) == before
+
+
+def test_merge_of_a_job_without_a_worktree_is_one_line(home: Path, tmux_env, tmp_path: Path):
+    repo = make_repo(tmp_path / "repo")
+    plain = submit_shell(home, tmux_env, repo, "true", "--json")
+    job_id = json_lines(plain.stdout)[0]["job_id"]
+    before = checkout_state(repo)
+    result = run_cli(home, "merge", job_id, env=tmux_env)
+    assert_one_line_error(result)
+    assert f"job {job_id} has no worktree" in result.stderr
+    assert checkout_state(repo) == before
