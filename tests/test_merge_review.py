@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from delegate.cli.worktree import _compare_cells
+from delegate.services.jobs.compare import CompareRow
+from delegate.services.jobs.merge import CheckResult
+
 from .helpers import assert_one_line_error, json_lines, run_cli, submit_shell
 from .test_git_adapter import make_repo, sh_git
 from .test_worktree import checkout_state, job_record, submit_in_worktree, wait_ended
@@ -105,3 +109,53 @@ def test_merge_of_a_job_without_a_worktree_is_one_line(home: Path, tmux_env, tmp
     assert_one_line_error(result)
     assert f"job {job_id} has no worktree" in result.stderr
     assert checkout_state(repo) == before
+
+
+def test_fan_out_of_three_and_compare_shows_which_passes_the_check(
+    home: Path, tmux_env, tmp_path: Path
+):
+    repo = make_repo(tmp_path / "repo")
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    # the same prompt for all three; each takes the first free number, and writes it
+    script = (
+        f'for i in 1 2 3; do mkdir "{seen}/$i" 2>/dev/null && break; done\nseq "$i" > answer.txt\n'
+    )
+    result = submit_shell(
+        home, tmux_env, repo, script, "--worktree", "--fan-out", "3", "--no-wait", "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    jobs = [j["job_id"] for j in json_lines(result.stdout)]
+    assert len(jobs) == 3
+    wait_ended(home, *jobs)
+    records = [job_record(home, j) for j in jobs]
+    assert {r.fan_out for r in records} == {jobs[0]}
+    assert {r.group for r in records} == {None}  # a fan-out is not a queue group
+    assert len({r.worktree["path"] for r in records}) == 3
+    assert len({r.worktree["base"] for r in records}) == 1
+    check = """sh -c 'test "$(cat answer.txt)" = 1'"""
+    shown = run_cli(home, "compare", jobs[1], "--check", check, "--json", env=tmux_env)
+    assert shown.returncode == 0, shown.stderr
+    rows = {r["job_id"]: r for r in json_lines(shown.stdout)}
+    assert set(rows) == set(jobs)
+    passing = [j for j, r in rows.items() if r["check"]["passed"]]
+    one = next(r for r in records if (Path(r.worktree["path"]) / "answer.txt").read_text() == "1\n")
+    assert passing == [one.job_id]
+    assert all(r["outcome"] == "completed" and r["files"] == 1 for r in rows.values())
+    assert sorted(r["added"] for r in rows.values()) == [1, 2, 3]
+
+
+def test_compare_table_cells_say_pass_or_fail_and_the_changes():
+    passed = CheckResult(True, 0, [])
+    row = CompareRow("1a2b3c4d", "shell", "completed", 3.0, 0.25, 2, 5, 1, passed)
+    assert _compare_cells(row)[3:6] == ["$0.2500", "2 files +5 -1", "pass"]
+    failed = row._replace(check=CheckResult(False, 3, ["no"]), problem="folder gone")
+    assert _compare_cells(failed)[4:6] == ["folder gone", "fail (3)"]
+
+
+def test_compare_of_a_job_outside_a_fan_out_is_one_line(home: Path, tmux_env, tmp_path: Path):
+    repo = make_repo(tmp_path / "repo")
+    job_id = submit_in_worktree(home, tmux_env, repo, "true")
+    result = run_cli(home, "compare", job_id, env=tmux_env)
+    assert_one_line_error(result)
+    assert "not part of a fan-out" in result.stderr

@@ -332,9 +332,12 @@ def pick(
 @app.command()
 def submit(
     agent: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
-            "--agent", "-a", help="Agent profile: shell, claude, codex or one of delegate.toml."
+            "--agent",
+            "-a",
+            help="Agent profile: shell, claude, codex or one of delegate.toml; several with"
+            " --worktree: one job each (a fan-out).",
         ),
     ] = None,
     cmd: Annotated[
@@ -434,6 +437,14 @@ def submit(
         str | None,
         typer.Option("--base", help="With --worktree: the commit or branch to start from (HEAD)."),
     ] = None,
+    fan_out: Annotated[
+        int | None,
+        typer.Option(
+            "--fan-out",
+            help="With --worktree: N jobs on the same prompt, each in its own worktree from"
+            " the same base (see `delegate compare`).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> int:
     """Hand a task to an agent in a new tmux session and follow it.
@@ -446,9 +457,10 @@ def submit(
     from delegate.services.jobs.submit import SubmitRequest, read_prompt  # as jobfile
     from delegate.services.jobs.submit import submit as submit_job  # as jobfile
 
+    agents = agent or []
     settings = merge_job_file(
         from_file,
-        agent=agent,
+        agent=agents[0] if len(agents) == 1 else None,
         cmd=cmd,
         prompt=prompt,
         prompt_file=prompt_file,
@@ -474,6 +486,10 @@ def submit(
     # cron, scripts and pipes get the job id at once; a person at a terminal sees it through
     waiting = sys.stdout.isatty() if settings["wait"] is None else bool(settings["wait"])
     emit = event_printer(as_json)
+    if fan_out is not None or len(agents) > 1:
+        if settings["host"] or settings["wait"]:
+            raise typer.BadParameter("a fan-out runs here and never waits: drop --host/--wait")
+        return _submit_fan_out(request, agents, fan_out, as_json=as_json)
     if settings["host"]:
         from delegate.services.jobs.submit import submit_remote  # only for --host
 
@@ -489,6 +505,19 @@ def submit(
             file=sys.stderr,
         )
     return print_submitted(result, as_json)
+
+
+def _submit_fan_out(request: Any, agents: list[str], count: int | None, *, as_json: bool) -> int:
+    """`submit --fan-out N` / several `--agent`s: start them all, print each job; never waits."""
+    from delegate.services.jobs import fanout  # the launcher: only `submit` loads it
+
+    results = fanout.submit_fan_out(
+        open_state(), request, fanout.fan_out_agents(agents, count), note=say
+    )
+    for result in results:
+        print_submitted(result, as_json)
+    say(f"fan-out {results[0].job.job_id}: {len(results)} jobs; see `delegate compare`")
+    return 0
 
 
 @app.command()

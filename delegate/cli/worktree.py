@@ -12,6 +12,7 @@ from delegate.adapters.terminal import Column, print_json, print_listing
 from delegate.cli.common import JobIdArg, JsonOpt, open_state
 from delegate.core.timefmt import human_duration, parse_span
 from delegate.services import worktrees
+from delegate.services.jobs import compare as comparing
 from delegate.services.jobs import merge as merging
 
 # The root-level commands this module adds to `delegate` (cli/app.py's table).
@@ -215,3 +216,46 @@ def _say_merge(result: merging.MergeResult) -> None:
         )
         for line in check.tail if check else []:
             print(f"  {line}", file=sys.stderr)
+
+
+def _compare_cells(row: comparing.CompareRow) -> list[str]:
+    if row.check is None:
+        checked = "-"
+    elif row.check.passed:
+        checked = "pass"
+    else:
+        checked = "fail" if row.check.code is None else f"fail ({row.check.code})"
+    changed = row.problem or f"{row.files} files +{row.added} -{row.removed}"
+    return [
+        row.job_id,
+        row.agent or "-",
+        human_duration(row.duration_s),
+        "-" if row.cost_usd is None else f"${row.cost_usd:.4f}",
+        changed,
+        checked,
+        row.outcome,
+    ]
+
+
+@commands.command("compare")
+def compare(
+    fan_out_id: Annotated[
+        str, typer.Argument(help="The fan-out's id (its first job's), or any of its jobs.")
+    ],
+    check: CheckOpt = None,
+    as_json: JsonOpt = False,
+) -> int:
+    """The jobs of one fan-out side by side: outcome, duration, cost, files and lines changed,
+    and whether --check passes in each worktree.
+
+    Example: delegate compare 1a2b3c4d --check 'make test'
+    """
+    print_listing(
+        comparing.compare(open_state(), fan_out_id, merging.parse_check(check)),
+        ["JOB", "AGENT", "TIME", "COST", "CHANGES", "CHECK", Column("OUTCOME", free=True)],
+        _compare_cells,
+        as_json=as_json,
+        to_json=lambda r: r.to_dict(),
+        empty="no jobs in that fan-out",
+    )
+    return 0
