@@ -3,17 +3,23 @@ here and stand-in agents in a real tmux server on an isolated socket."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 from delegate.cli.worktree import _compare_cells
 from delegate.services.jobs.compare import CompareRow
 from delegate.services.jobs.merge import CheckResult
 
-from .helpers import assert_one_line_error, json_lines, run_cli, submit_shell
+from .helpers import assert_one_line_error, json_lines, retry_until, run_cli, submit_shell
 from .test_git_adapter import make_repo, sh_git
 from .test_worktree import checkout_state, job_record, submit_in_worktree, wait_ended
 
 AGENTS = Path(__file__).resolve().parent / "agents"
+ROOT = Path(__file__).resolve().parent.parent
+CLAUDE_BIN = ".cache/agents/node_modules/.bin/claude"
 COMMIT = 'printf "%s\\n" {text} > {file} && git add {file} && git commit -q -m "{file}"'
 
 
@@ -159,3 +165,96 @@ def test_compare_of_a_job_outside_a_fan_out_is_one_line(home: Path, tmux_env, tm
     result = run_cli(home, "compare", job_id, env=tmux_env)
     assert_one_line_error(result)
     assert "not part of a fan-out" in result.stderr
+
+
+def _fake_claude_profile(home: Path) -> None:
+    claude = [sys.executable, str(AGENTS / "fake_claude.py")]
+    stream = ["--output-format", "stream-json", "--verbose", "--settings", "{settings_file}"]
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "delegate.toml").write_text(
+        textwrap.dedent(f"""
+        [profiles.fakeclaude]
+        command = {json.dumps([*claude, "-p", *stream])}
+        resume = {json.dumps([*claude, "-p", "--resume", "{conversation_id}", *stream])}
+        prompt = "stdin"
+        channel = "claude-stream"
+        """)
+    )
+
+
+def test_review_of_an_ended_job_resumes_its_conversation_in_the_same_worktree(
+    home: Path, tmux_env, tmp_path: Path
+):
+    _fake_claude_profile(home)
+    repo = make_repo(tmp_path / "repo")
+    first = run_cli(
+        home, "submit", "--wait", "--agent", "fakeclaude", "--prompt", "tidy up", "--worktree",
+        "--workdir", str(repo), "--json", env=tmux_env,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    job_id = json_lines(first.stdout)[0]["job_id"]
+    job = job_record(home, job_id)
+    assert job.conversation_id
+    result = run_cli(
+        home, "review", job_id, "--comment", "rename x to count",
+        "--line", "f0.txt:1 say why", "--wait", "--json", env=tmux_env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"continues conversation {job.conversation_id}" in result.stderr
+    new_id = json_lines(result.stdout)[0]["job_id"]
+    follow = job_record(home, new_id)
+    assert follow.follow_up_of == job_id and follow.status.value == "completed"
+    assert follow.workdir == job.workdir and follow.worktree["path"] == job.worktree["path"]
+    # the stand-in ran in the same worktree (it writes its argv where it runs), resumed
+    argv = json.loads((Path(job.worktree["path"]) / "argv.json").read_text())
+    assert argv[argv.index("--resume") + 1] == job.conversation_id
+    prompt = (home / "logs" / new_id / "prompt").read_text()
+    assert "rename x to count" in prompt and "f0.txt, line 1: say why" in prompt
+    shown = json_lines(run_cli(home, "show", job_id, "--json", env=tmux_env).stdout)[0]
+    assert shown["review_chain"] == [job_id, new_id]
+    listed = json_lines(run_cli(home, "worktree", "list", "--json", env=tmux_env).stdout)
+    assert [r["job_id"] for r in listed] == [new_id]  # one worktree, under its latest job
+    again = run_cli(home, "review", job_id, "--comment", "more", env=tmux_env)
+    assert_one_line_error(again)
+    assert f"followed up by {new_id}" in again.stderr
+    _real_claude_parses(argv, job.conversation_id, tmp_path)  # argv.json: the args alone
+
+
+def _real_claude_parses(args: list[str], conversation: str, tmp_path: Path) -> None:
+    """The real `claude` CLI, where `make` installed it, accepts the follow-up's arguments:
+    without credentials it gets as far as looking the conversation up (no network)."""
+    claude = next(
+        (p for p in (ROOT / CLAUDE_BIN, Path("/work/main") / CLAUDE_BIN) if p.exists()), None
+    )
+    if claude is None:
+        return  # test_real_agents fails loudly when the pinned CLI is missing
+    settings = tmp_path / "settings.json"
+    settings.write_text("{}")
+    args = [settings.as_posix() if a.endswith("claude-settings.json") else a for a in args]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ANTHROPIC_API_KEY": ""}
+    done = subprocess.run(
+        [str(claude), *args],
+        input="review",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    said = done.stdout + done.stderr
+    assert "unknown option" not in said and conversation in said, said
+
+
+def test_review_of_a_running_job_is_typed_into_its_session(home: Path, tmux_env, tmp_path: Path):
+    repo = make_repo(tmp_path / "repo")
+    got = tmp_path / "got"
+    reading = tmp_path / "reading"
+    script = f'touch "{reading}"; IFS= read -r line; echo "$line" > "{got}"'
+    job_id = submit_in_worktree(home, tmux_env, repo, script)
+    retry_until(lambda: job_record(home, job_id).status.value == "running", timeout=30)
+    retry_until(reading.exists, timeout=30)
+    result = run_cli(home, "review", job_id, "--comment", "use a set", env=tmux_env)
+    assert result.returncode == 0, result.stderr
+    assert "review sent" in result.stderr, job_record(home, job_id)
+    wait_ended(home, job_id)
+    assert got.read_text() == "Review of your work: use a set\n"

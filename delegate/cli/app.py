@@ -56,6 +56,7 @@ from delegate.services.jobs.register import parse_status, pick_job, register_job
 from delegate.services.logs import follow_log
 from delegate.services.ps import dependency_graph, job_timing, rows
 from delegate.services.state import State
+from delegate.services.worktrees import chain as worktree_chain
 
 app = typer.Typer(
     cls=LazyGroup,
@@ -234,6 +235,8 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
     job = state.registry.get(job_id)
     record = job.public_dict()
     record["audit_log"] = str(state.audit.events_path(job_id))
+    if job.follow_up_of or (job.worktree or {}).get("handed_to"):
+        record["review_chain"] = worktree_chain(state, job_id)  # `delegate review`'s follow-ups
     if wants_json(as_json):
         print_json(record)
         return 0

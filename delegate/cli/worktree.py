@@ -4,12 +4,14 @@ worktree, its changes, the review handed back to its agent, and its merge."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from delegate.adapters.terminal import Column, print_json, print_listing
-from delegate.cli.common import JobIdArg, JsonOpt, open_state
+from delegate.cli.common import JobIdArg, JsonOpt, event_printer, open_state, print_submitted
+from delegate.core.errors import say
 from delegate.core.timefmt import human_duration, parse_span
 from delegate.services import worktrees
 from delegate.services.jobs import compare as comparing
@@ -259,3 +261,48 @@ def compare(
         empty="no jobs in that fan-out",
     )
     return 0
+
+
+@commands.command("review")
+def review(
+    job_id: JobIdArg,
+    comment: Annotated[
+        list[str] | None, typer.Option("--comment", help="A review comment (repeatable).")
+    ] = None,
+    file: Annotated[
+        list[Path] | None, typer.Option("--file", help="A file holding the review (repeatable).")
+    ] = None,
+    line: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--line", help="'FILE:N TEXT' (one argument): a note on one line (repeatable)."
+        ),
+    ] = None,
+    wait: Annotated[
+        bool | None,
+        typer.Option(
+            "--wait/--no-wait",
+            "-w",
+            help="Follow the follow-up job to its end (default: when stdout is a terminal).",
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> int:
+    """Hand a review back to the job's agent.
+
+    A running job gets it typed into its session, as `send` does. An ended job gets a
+    follow-up job in the same worktree and branch, continuing the agent's conversation where
+    its profile can (claude, codex), else afresh with the review and the diff in its prompt.
+    Example: delegate review 1a2b3c4d --line 'src/app.py:42 may be None' --comment 'add a test'
+    """
+    # services.jobs.review (the launcher, tmux): only `review` loads it
+    from delegate.services.jobs.review import review as review_job
+    from delegate.services.jobs.review import review_text  # as review
+
+    text = review_text(comment or [], file or [], line or [])
+    waiting = sys.stdout.isatty() if wait is None else wait
+    result = review_job(
+        open_state(), job_id, text, wait=waiting, emit=event_printer(as_json), note=say
+    )
+    print(result.how, file=sys.stderr)
+    return 0 if result.submitted is None else print_submitted(result.submitted, as_json)

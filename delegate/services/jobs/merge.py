@@ -26,7 +26,7 @@ from delegate.core.errors import GitError, UsageError
 from delegate.core.model import Job
 from delegate.core.timefmt import record_timestamp
 from delegate.services.state import State
-from delegate.services.worktrees import worktree_of
+from delegate.services.worktrees import chain, worktree_of
 
 CHECK_TIMEOUT_S = 3600.0
 CHECK_TAIL_LINES = 15
@@ -106,8 +106,11 @@ def _plan(state: State, job_id: str, into: str | None) -> _Plan:
     """Everything checked before anything changes; GitError/UsageError in one line."""
     job = state.registry.get(job_id)
     entry = worktree_of(job)
-    if not job.status.terminal:
-        raise UsageError(f"job {job_id} is {job.status.value}; merge it once it has ended")
+    jobs = chain(state, job_id)
+    for later in jobs[jobs.index(job_id) :]:
+        status = state.registry.get(later).status
+        if not status.terminal:  # the job, or a follow-up (`review`) in the same worktree
+            raise UsageError(f"job {later} is {status.value}; merge once it has ended")
     repo = Path(entry["repo"])
     pending = git.status(Path(entry["path"]))
     if pending:
