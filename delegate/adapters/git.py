@@ -379,6 +379,7 @@ def merge_here(path: Path, onto: str, *, mode: str, message: str) -> MergeAttemp
     """In the temporary worktree at `path`: merge (`--no-ff`) or squash `onto`'s commits
     into HEAD, or (`rebase`) replay HEAD's onto `onto`. On conflict the operation is
     aborted and the files named; any other failure is a GitError."""
+    undo: tuple[str, ...]
     if mode == "rebase":
         done = run(path, "rebase", "--quiet", onto, check=False)
         undo = ("rebase", "--abort")
