@@ -333,3 +333,81 @@ def size_on_disk(path: Path) -> int:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
     return total
+
+
+# --- merging: always in a temporary worktree; the person's checkout only fast-forwards ----
+
+
+def worktree_add_detached(repo: Path, path: Path, commit: str) -> None:
+    """A temporary worktree at `path` on a detached HEAD at `commit` (no branch is made)."""
+    run(repo, "worktree", "add", "--quiet", "--detach", "--", str(path), commit)
+
+
+def worktree_discard(repo: Path, path: Path) -> None:
+    """Remove a temporary merge worktree this toolkit made, whatever it holds (an aborted
+    merge, a check's build output). The one `--force`: only ever for these, never a job's."""
+    run(repo, "worktree", "remove", "--force", "--", str(path), check=False)
+    if path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+    run(repo, "worktree", "prune", check=False)
+
+
+def is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    """`older` is reachable from `newer` (every commit of it is already there)."""
+    done = run(repo, "merge-base", "--is-ancestor", older, newer, check=False)
+    return done.returncode == 0
+
+
+def conflicted(path: Path) -> list[str]:
+    """The files left unmerged (`diff --diff-filter=U`) in the worktree at `path`."""
+    data = run(path, "diff", "--name-only", "--diff-filter=U", "-z").stdout
+    return [p.decode("utf-8", "surrogateescape") for p in data.split(b"\0") if p]
+
+
+class MergeAttempt(NamedTuple):
+    """What one merge in a temporary worktree gave: the new HEAD, or the conflicting files
+    (the attempt already undone)."""
+
+    head: str | None
+    conflicts: list[str]
+
+
+MERGE_MODES = ("merge", "squash", "rebase")
+
+
+def merge_here(path: Path, onto: str, *, mode: str, message: str) -> MergeAttempt:
+    """In the temporary worktree at `path`: merge (`--no-ff`) or squash `onto`'s commits
+    into HEAD, or (`rebase`) replay HEAD's onto `onto`. On conflict the operation is
+    aborted and the files named; any other failure is a GitError."""
+    undo: tuple[str, ...]
+    if mode == "rebase":
+        done = run(path, "rebase", "--quiet", onto, check=False)
+        undo = ("rebase", "--abort")
+    elif mode == "squash":
+        done = run(path, "merge", "--squash", "--quiet", onto, check=False)
+        undo = ("reset", "--hard", "--quiet")  # a squash leaves no MERGE_HEAD to abort
+    else:
+        done = run(
+            path, "merge", "--no-ff", "--no-edit", "--quiet", "-m", message, onto, check=False
+        )
+        undo = ("merge", "--abort")
+    if done.returncode != 0:
+        conflicts = conflicted(path)
+        run(path, *undo, check=False)
+        if conflicts:
+            return MergeAttempt(None, conflicts)
+        raise GitError(f"git {mode} failed in {path}: {first_line(done.stderr + done.stdout)}")
+    if mode == "squash":
+        run(path, "commit", "--quiet", "--no-edit", "-m", message)
+    return MergeAttempt(out(path, "rev-parse", "HEAD"), [])
+
+
+def fast_forward(checkout: Path, commit: str) -> None:
+    """Move the branch checked out at `checkout` to `commit`, its files with it; git refuses
+    (changing nothing) unless it is a fast-forward that overwrites nothing."""
+    run(checkout, "merge", "--ff-only", "--quiet", commit)
+
+
+def move_branch(repo: Path, branch: str, new: str, old: str, reason: str) -> None:
+    """Point `branch` (checked out nowhere) at `new`, only if it still points at `old`."""
+    run(repo, "update-ref", "-m", reason, f"refs/heads/{branch}", new, old)

@@ -56,6 +56,7 @@ from delegate.services.jobs.register import parse_status, pick_job, register_job
 from delegate.services.logs import follow_log
 from delegate.services.ps import dependency_graph, job_timing, rows
 from delegate.services.state import State
+from delegate.services.worktrees import chain as worktree_chain
 
 app = typer.Typer(
     cls=LazyGroup,
@@ -234,6 +235,8 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
     job = state.registry.get(job_id)
     record = job.public_dict()
     record["audit_log"] = str(state.audit.events_path(job_id))
+    if job.follow_up_of or (job.worktree or {}).get("handed_to"):
+        record["review_chain"] = worktree_chain(state, job_id)  # `delegate review`'s follow-ups
     if wants_json(as_json):
         print_json(record)
         return 0
@@ -332,9 +335,12 @@ def pick(
 @app.command()
 def submit(
     agent: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
-            "--agent", "-a", help="Agent profile: shell, claude, codex or one of delegate.toml."
+            "--agent",
+            "-a",
+            help="Agent profile: shell, claude, codex or one of delegate.toml; several with"
+            " --worktree: one job each (a fan-out).",
         ),
     ] = None,
     cmd: Annotated[
@@ -442,6 +448,14 @@ def submit(
         str | None,
         typer.Option("--base", help="With --worktree: the commit or branch to start from (HEAD)."),
     ] = None,
+    fan_out: Annotated[
+        int | None,
+        typer.Option(
+            "--fan-out",
+            help="With --worktree: N jobs on the same prompt, each in its own worktree from"
+            " the same base (see `delegate compare`).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> int:
     """Hand a task to an agent in a new tmux session and follow it.
@@ -454,9 +468,10 @@ def submit(
     from delegate.services.jobs.submit import SubmitRequest, read_prompt  # as jobfile
     from delegate.services.jobs.submit import submit as submit_job  # as jobfile
 
+    agents = agent or []
     settings = merge_job_file(
         from_file,
-        agent=agent,
+        agent=agents[0] if len(agents) == 1 else None,
         cmd=cmd,
         prompt=prompt,
         prompt_file=prompt_file,
@@ -484,6 +499,10 @@ def submit(
     # cron, scripts and pipes get the job id at once; a person at a terminal sees it through
     waiting = sys.stdout.isatty() if settings["wait"] is None else bool(settings["wait"])
     emit = event_printer(as_json)
+    if fan_out is not None or len(agents) > 1:
+        if settings["host"] or settings["wait"]:
+            raise typer.BadParameter("a fan-out runs here and never waits: drop --host/--wait")
+        return _submit_fan_out(request, agents, fan_out, as_json=as_json)
     if settings["host"]:
         from delegate.services.jobs.submit import submit_remote  # only for --host
 
@@ -499,6 +518,19 @@ def submit(
             file=sys.stderr,
         )
     return print_submitted(result, as_json)
+
+
+def _submit_fan_out(request: Any, agents: list[str], count: int | None, *, as_json: bool) -> int:
+    """`submit --fan-out N` / several `--agent`s: start them all, print each job; never waits."""
+    from delegate.services.jobs import fanout  # the launcher: only `submit` loads it
+
+    results = fanout.submit_fan_out(
+        open_state(), request, fanout.fan_out_agents(agents, count), note=say
+    )
+    for result in results:
+        print_submitted(result, as_json)
+    say(f"fan-out {results[0].job.job_id}: {len(results)} jobs; see `delegate compare`")
+    return 0
 
 
 @app.command()
@@ -644,7 +676,7 @@ ROOT_COMMANDS: dict[str, str] = {
         ("register", "publish", "hook", "watch", "jobs", "show", "logs", "cancel", "pick"), _HERE
     ),
     **dict.fromkeys(("submit", "ps"), _HERE),
-    "diff": _WORKTREE,
+    **dict.fromkeys(("diff", "merge", "review", "compare"), _WORKTREE),
     **dict.fromkeys(("attach", "send", "peek"), _SESSION),
     **dict.fromkeys(("heartbeat", "agents", "block", "unblock", "deadlocks"), _COORD),
     **dict.fromkeys(("monitor", "report", "doctor"), _UPKEEP),

@@ -1,16 +1,21 @@
-"""`delegate diff JOB` and `delegate worktree list|clean`: a job's own git worktree."""
+"""`delegate diff|merge|review|compare` and `delegate worktree list|clean`: a job's own git
+worktree, its changes, the review handed back to its agent, and its merge."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from delegate.adapters.terminal import Column, print_json, print_listing
-from delegate.cli.common import JobIdArg, JsonOpt, open_state
+from delegate.cli.common import JobIdArg, JsonOpt, event_printer, open_state, print_submitted
+from delegate.core.errors import say
 from delegate.core.timefmt import human_duration, parse_span
 from delegate.services import worktrees
+from delegate.services.jobs import compare as comparing
+from delegate.services.jobs import merge as merging
 
 # The root-level commands this module adds to `delegate` (cli/app.py's table).
 commands = typer.Typer()
@@ -139,3 +144,165 @@ def _say_result(result: Any) -> None:
     print(f"{result.job_id} {result.action}: {result.path}")
     if result.branch_note:
         print(f"{result.job_id} {result.branch_note}")
+
+
+CheckOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--check", help="A command (split into words, never run by a shell) that must pass."
+    ),
+]
+
+
+@commands.command("merge")
+def merge(
+    job_ids: Annotated[list[str], typer.Argument(help="The job id(s); several need --queue.")],
+    into: Annotated[
+        str | None,
+        typer.Option("--into", help="The branch to merge into (default: the job's base branch)."),
+    ] = None,
+    squash: Annotated[
+        bool, typer.Option("--squash", help="One commit with all the job's changes.")
+    ] = False,
+    rebase: Annotated[
+        bool, typer.Option("--rebase", help="Replay the job's commits on top; no merge commit.")
+    ] = False,
+    check: CheckOpt = None,
+    queue: Annotated[
+        bool,
+        typer.Option("--queue", help="Merge several jobs one at a time, each checked on the last."),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> int:
+    """Merge an ended job's branch into a branch of your checkout, or nothing at all.
+
+    The merge and --check run in a temporary worktree on the target's tip; the target moves
+    (a fast-forward of the checkout that has it checked out, which must have no uncommitted
+    changes) only when both succeed. A conflict names the files and changes nothing.
+    Exit status: 0 when every job merged (or had nothing to merge), 1 otherwise.
+    Example: delegate merge 1a2b3c4d 5e6f7a8b --queue --check 'make test'
+    """
+    if squash and rebase:
+        raise typer.BadParameter("give --squash or --rebase, not both")
+    if len(job_ids) > 1 and not queue:
+        raise typer.BadParameter("several jobs merge one at a time: add --queue")
+    mode = "squash" if squash else "rebase" if rebase else "merge"
+    results = merging.merge_jobs(
+        open_state(),
+        job_ids,
+        into=into,
+        mode=mode,
+        check=merging.parse_check(check),
+        on_result=lambda r: print_json(r.to_dict()) if as_json else _say_merge(r),
+    )
+    return 0 if all(r.ok for r in results) else 1
+
+
+def _say_merge(result: merging.MergeResult) -> None:
+    if result.outcome == "merged":
+        print(f"{result.job_id} merged into {result.into}: {result.commit}")
+    elif result.outcome == "up_to_date":
+        print(f"{result.job_id}: nothing to merge, {result.into} already has its commits")
+    elif result.outcome == "conflict":
+        print(
+            f"{result.job_id} not merged: conflict in {', '.join(result.conflicts)};"
+            f" {result.into} unchanged",
+            file=sys.stderr,
+        )
+    else:
+        check = result.check
+        code = "did not finish" if check is None or check.code is None else f"exit {check.code}"
+        print(
+            f"{result.job_id} not merged: --check failed ({code}); {result.into} unchanged",
+            file=sys.stderr,
+        )
+        for line in check.tail if check else []:
+            print(f"  {line}", file=sys.stderr)
+
+
+def _compare_cells(row: comparing.CompareRow) -> list[str]:
+    if row.check is None:
+        checked = "-"
+    elif row.check.passed:
+        checked = "pass"
+    else:
+        checked = "fail" if row.check.code is None else f"fail ({row.check.code})"
+    changed = row.problem or f"{row.files} files +{row.added} -{row.removed}"
+    return [
+        row.job_id,
+        row.agent or "-",
+        human_duration(row.duration_s),
+        "-" if row.cost_usd is None else f"${row.cost_usd:.4f}",
+        changed,
+        checked,
+        row.outcome,
+    ]
+
+
+@commands.command("compare")
+def compare(
+    fan_out_id: Annotated[
+        str, typer.Argument(help="The fan-out's id (its first job's), or any of its jobs.")
+    ],
+    check: CheckOpt = None,
+    as_json: JsonOpt = False,
+) -> int:
+    """The jobs of one fan-out side by side: outcome, duration, cost, files and lines changed,
+    and whether --check passes in each worktree.
+
+    Example: delegate compare 1a2b3c4d --check 'make test'
+    """
+    print_listing(
+        comparing.compare(open_state(), fan_out_id, merging.parse_check(check)),
+        ["JOB", "AGENT", "TIME", "COST", "CHANGES", "CHECK", Column("OUTCOME", free=True)],
+        _compare_cells,
+        as_json=as_json,
+        to_json=lambda r: r.to_dict(),
+        empty="no jobs in that fan-out",
+    )
+    return 0
+
+
+@commands.command("review")
+def review(
+    job_id: JobIdArg,
+    comment: Annotated[
+        list[str] | None, typer.Option("--comment", help="A review comment (repeatable).")
+    ] = None,
+    file: Annotated[
+        list[Path] | None, typer.Option("--file", help="A file holding the review (repeatable).")
+    ] = None,
+    line: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--line", help="'FILE:N TEXT' (one argument): a note on one line (repeatable)."
+        ),
+    ] = None,
+    wait: Annotated[
+        bool | None,
+        typer.Option(
+            "--wait/--no-wait",
+            "-w",
+            help="Follow the follow-up job to its end (default: when stdout is a terminal).",
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> int:
+    """Hand a review back to the job's agent.
+
+    A running job gets it typed into its session, as `send` does. An ended job gets a
+    follow-up job in the same worktree and branch, continuing the agent's conversation where
+    its profile can (claude, codex), else afresh with the review and the diff in its prompt.
+    Example: delegate review 1a2b3c4d --line 'src/app.py:42 may be None' --comment 'add a test'
+    """
+    # services.jobs.review (the launcher, tmux): only `review` loads it
+    from delegate.services.jobs.review import review as review_job
+    from delegate.services.jobs.review import review_text  # as review
+
+    text = review_text(comment or [], file or [], line or [])
+    waiting = sys.stdout.isatty() if wait is None else wait
+    result = review_job(
+        open_state(), job_id, text, wait=waiting, emit=event_printer(as_json), note=say
+    )
+    print(result.how, file=sys.stderr)
+    return 0 if result.submitted is None else print_submitted(result.submitted, as_json)

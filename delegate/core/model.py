@@ -163,6 +163,13 @@ class Job(NamedTuple):
     # base_ref (the branch it was made from, if any), branch, path, and once made `created`;
     # once `worktree clean` removed it, `removed_at`. None: the job shares its workdir.
     worktree: dict[str, Any] | None = None
+    # `delegate merge`: where its branch went: commit, into (the branch), mode, at (a time).
+    merged: dict[str, Any] | None = None
+    # `submit --fan-out N` (or several --agent): the first job of the fan-out, shared by all N
+    # (`delegate compare` takes it). Not `group`, which names a queue group.
+    fan_out: str | None = None
+    # `delegate review` of an ended job: the job this one follows up, in its worktree.
+    follow_up_of: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._asdict()
@@ -175,6 +182,8 @@ class Job(NamedTuple):
             data["after"] = list(self.after)
         if self.worktree is not None:
             data["worktree"] = dict(self.worktree)
+        if self.merged is not None:
+            data["merged"] = dict(self.merged)
         return data
 
     def public_dict(self) -> dict[str, Any]:
@@ -207,6 +216,8 @@ class Job(NamedTuple):
             raise ValueError("auth_token is missing")
         if values.get("worktree") is not None and not isinstance(values["worktree"], dict):
             raise ValueError("worktree is not a JSON object")
+        if values.get("merged") is not None and not isinstance(values["merged"], dict):
+            raise ValueError("merged is not a JSON object")
         if values.get("schema_version", RECORD_SCHEMA_VERSION) != RECORD_SCHEMA_VERSION:
             raise ValueError(f"unsupported record schema_version {values['schema_version']!r}")
         return cls(**values)

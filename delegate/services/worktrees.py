@@ -150,6 +150,21 @@ def worktree_of(job: Job) -> dict[str, Any]:
     return entry
 
 
+def chain(state: State, job_id: str) -> list[str]:
+    """The review chain the job is part of, first job first (`follow_up_of` back, then each
+    worktree's `handed_to` forward); just the job when it has none."""
+    job = state.registry.get(job_id)
+    seen = [job.job_id]
+    while job.follow_up_of and job.follow_up_of not in seen:
+        job = state.registry.get(job.follow_up_of)
+        seen.insert(0, job.job_id)
+    later = (state.registry.get(job_id).worktree or {}).get("handed_to")
+    while later and later not in seen:
+        seen.append(later)
+        later = (state.registry.get(later).worktree or {}).get("handed_to")
+    return seen
+
+
 def diff(state: State, job_id: str, options: list[str], *, color: bool) -> bytes:
     """The job's changes against its base, in git's own format."""
     entry = worktree_of(state.registry.get(job_id))
@@ -204,11 +219,15 @@ class WorktreeRow(NamedTuple):
 
 
 def jobs_with_worktrees(state: State) -> list[Job]:
-    """Jobs whose worktree was made and not yet cleaned up, oldest first."""
+    """Jobs whose worktree was made and not yet cleaned up, oldest first; a worktree handed to
+    a follow-up job (`review`) is listed once, under the latest job."""
     return [
         j
         for j in state.registry.list(None)
-        if j.worktree and j.worktree.get("created") and not j.worktree.get("removed_at")
+        if j.worktree
+        and j.worktree.get("created")
+        and not j.worktree.get("removed_at")
+        and not j.worktree.get("handed_to")
     ]
 
 

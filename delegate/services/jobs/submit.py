@@ -91,6 +91,8 @@ class SubmitRequest(NamedTuple):
     worktree: bool | None = None
     branch: str | None = None
     base: str | None = None
+    # a fan-out: the worktree plan checked once for all its jobs (the same base commit)
+    worktree_plan: worktrees.WorktreePlan | None = None
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], prompt: bytes) -> "SubmitRequest":
@@ -257,7 +259,7 @@ def submit(
     workdir = (request.workdir or Path.cwd()).expanduser().absolute()
     if not workdir.is_dir():
         raise UsageError(f"--workdir {workdir} is not a directory")
-    tree = worktrees.plan_for(
+    tree = request.worktree_plan or worktrees.plan_for(
         request.worktree,
         branch=request.branch,
         base=request.base,
