@@ -173,6 +173,11 @@ def _fake_claude_profile(home: Path) -> None:
     home.mkdir(parents=True, exist_ok=True)
     (home / "delegate.toml").write_text(
         textwrap.dedent(f"""
+        # the fake agent asks for a permission: a rule answers it (nobody else is here)
+        [[approvals.rules]]
+        tool = "*"
+        decision = "allow"
+
         [profiles.fakeclaude]
         command = {json.dumps([*claude, "-p", *stream])}
         resume = {json.dumps([*claude, "-p", "--resume", "{conversation_id}", *stream])}
