@@ -14,7 +14,7 @@ import pytest
 from delegate.core.budget import Budget, Price, Spent, add_usage, overspent, with_reported_cost
 from delegate.core.model import JobState
 
-from .helpers import assert_one_line_error, run_cli
+from .helpers import assert_one_line_error, json_lines, retry_until, run_cli
 from .test_monitor import open_state
 
 SPENDER = Path(__file__).parent / "agents" / "spender.py"
@@ -115,3 +115,45 @@ def test_a_budget_from_delegate_toml_and_bad_limits(home: Path, tmux_env, tmp_pa
         assert refused.returncode == 64
         assert_one_line_error(refused)
     assert sorted(p.name for p in (home / "jobs").glob("*.json")) == before
+
+
+def test_a_group_over_its_daily_budget_starts_nothing_more_today(
+    home: Path, tmux_env, tmp_path: Path
+):
+    _profile(home, '[prices."stand-in-model"]\ninput = 1000.0\noutput = 1000.0\n')
+    added = run_cli(home, "group", "add", "thrifty", "--daily-cost", "0.5", env=tmux_env)
+    assert added.returncode == 0 and "$0.50 a day" in added.stdout, added.stderr
+    # $0.40 a message: stopped at its second (800 tokens), it has cost $0.80 of the $0.50
+    first = _spend(home, tmux_env, tmp_path, "--group", "thrifty", "--max-tokens", "500")
+    assert first.returncode == 1
+    state = open_state(home)
+    spender = state.registry.get(json.loads(first.stdout.splitlines()[-1])["job_id"])
+    assert spender.cost_usd == pytest.approx(0.8)
+    held = run_cli(
+        home,
+        "submit",
+        "--agent",
+        "shell",
+        "--group",
+        "thrifty",
+        "--no-wait",
+        "--json",
+        "--workdir",
+        str(tmp_path),
+        "--prompt",
+        "true",
+        env=tmux_env,
+    )
+    assert held.returncode == 0, held.stderr
+    assert "spent $0.8000 of its $0.50 today" in held.stderr  # said at submit
+    held_id = json.loads(held.stdout)["job_id"]
+    rows = json_lines(run_cli(home, "ps", "--json", env=tmux_env).stdout)
+    [row] = [r for r in rows if r["job_id"] == held_id]
+    assert row["job_state"] == "queued"
+    assert row["waiting_for"] == "group thrifty spent $0.8000 of its $0.50 today"
+    listed = json_lines(run_cli(home, "group", "list", "--json", env=tmux_env).stdout)
+    assert listed[0]["spent_today_usd"] == pytest.approx(0.8)
+    raised = run_cli(home, "group", "set", "thrifty", "--daily-cost", "5", env=tmux_env)
+    assert raised.returncode == 0, raised.stderr
+    retry_until(lambda: state.registry.get(held_id).status.terminal, timeout=30)
+    assert state.registry.get(held_id).status is JobState.COMPLETED

@@ -6,7 +6,7 @@ per-profile `max_running` of delegate.toml, the group's, and the job's own `--ma
 
 from __future__ import annotations
 
-from typing import Annotated, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import typer
 
@@ -24,6 +24,13 @@ group_app = typer.Typer(
 )
 commands.add_typer(group_app, name="group")
 NameArg = Annotated[str, typer.Argument(help="The group's name.")]
+DailyCostOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--daily-cost",
+        help="Start none of its jobs once those that ended today (UTC) cost this many dollars.",
+    ),
+]
 MaxRunningOpt = Annotated[
     int | None,
     typer.Option("--max-running", help="At most N of its jobs run at once (default: no cap)."),
@@ -36,19 +43,25 @@ def _book() -> GroupBook:
 
 def _said(name: str, rule: GroupRule, as_json: bool) -> None:
     if as_json:
-        print_json({"group": name, "max_running": rule.max_running, "paused": rule.paused})
+        print_json({"group": name, **rule._asdict()})
         return
     cap = f"max_running {rule.max_running}" if rule.max_running else "no cap of its own"
-    print(f"group {name}: {cap}{', paused' if rule.paused else ''}")
+    budget = f", ${rule.daily_cost_usd:.2f} a day" if rule.daily_cost_usd is not None else ""
+    print(f"group {name}: {cap}{budget}{', paused' if rule.paused else ''}")
 
 
 @group_app.command("add")
-def group_add(name: NameArg, max_running: MaxRunningOpt = None, as_json: JsonOpt = False) -> int:
+def group_add(
+    name: NameArg,
+    max_running: MaxRunningOpt = None,
+    daily_cost: DailyCostOpt = None,
+    as_json: JsonOpt = False,
+) -> int:
     """Create a group.
 
-    Example: delegate group add nightly --max-running 2
+    Example: delegate group add nightly --max-running 2 --daily-cost 20
     """
-    _said(name, _book().add(name, max_running), as_json)
+    _said(name, _book().add(name, max_running, daily_cost), as_json)
     return 0
 
 
@@ -57,15 +70,28 @@ def group_set(
     name: NameArg,
     max_running: MaxRunningOpt = None,
     no_cap: Annotated[bool, typer.Option("--no-cap", help="Remove its own cap.")] = False,
+    daily_cost: DailyCostOpt = None,
+    no_daily_cost: Annotated[
+        bool, typer.Option("--no-daily-cost", help="Remove its daily budget.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> int:
-    """Change a group's cap; queued jobs start as soon as the new cap allows.
+    """Change a group's cap or daily budget; queued jobs start as soon as they allow.
 
     Example: delegate group set nightly --max-running 4
     """
-    if (max_running is None) == (not no_cap):
-        raise UsageError("give --max-running N or --no-cap")
-    _said(name, _book().change(name, max_running=max_running), as_json)
+    changes: dict[str, Any] = {}
+    for value, off, key, flag in (
+        (max_running, no_cap, "max_running", "--max-running N or --no-cap"),
+        (daily_cost, no_daily_cost, "daily_cost_usd", "--daily-cost USD or --no-daily-cost"),
+    ):
+        if value is not None and off:
+            raise UsageError(f"give {flag}, not both")
+        if value is not None or off:
+            changes[key] = value
+    if not changes:
+        raise UsageError("give --max-running N, --no-cap, --daily-cost USD or --no-daily-cost")
+    _said(name, _book().change(name, **changes), as_json)
     return 0
 
 
@@ -95,6 +121,8 @@ class GroupRow(NamedTuple):
     paused: bool
     running: int
     queued: int
+    daily_cost_usd: float | None
+    spent_today_usd: float
 
 
 @group_app.command("list")
@@ -111,7 +139,17 @@ def group_list(as_json: JsonOpt = False) -> int:
         mine = [j for j in jobs if j.group == name]
         running = sum(1 for j in mine if occupies_slot(j))
         queued = sum(1 for j in mine if j.status is JobState.QUEUED)
-        rows.append(GroupRow(name, rule.max_running, rule.paused, running, queued))
+        rows.append(
+            GroupRow(
+                name,
+                rule.max_running,
+                rule.paused,
+                running,
+                queued,
+                rule.daily_cost_usd,
+                rule.spent_today_usd,
+            )
+        )
     print_listing(
         rows,
         [
@@ -120,6 +158,7 @@ def group_list(as_json: JsonOpt = False) -> int:
             Column("PAUSED"),
             Column("RUNNING", align="right"),
             Column("QUEUED", align="right"),
+            Column("TODAY", align="right"),
         ],
         lambda r: [
             r.group,
@@ -127,6 +166,8 @@ def group_list(as_json: JsonOpt = False) -> int:
             "yes" if r.paused else "no",
             str(r.running),
             str(r.queued),
+            f"${r.spent_today_usd:.2f}"
+            + (f" of ${r.daily_cost_usd:.2f}" if r.daily_cost_usd is not None else ""),
         ],
         as_json=as_json,
         to_json=lambda r: r._asdict(),

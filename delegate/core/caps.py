@@ -25,10 +25,13 @@ class Caps(NamedTuple):
 
 
 class GroupRule(NamedTuple):
-    """A queue group's own rule (`delegate group add|set|pause|resume`)."""
+    """A queue group's own rule (`delegate group add|set|pause|resume`): its cap, whether it is
+    paused, its daily budget, and what its ended jobs spent today."""
 
     max_running: int | None = None
     paused: bool = False
+    daily_cost_usd: float | None = None
+    spent_today_usd: float = 0.0
 
 
 class Gate(NamedTuple):
@@ -115,8 +118,9 @@ def waiting_for(
     if unmet:
         return f"waits for {', '.join(unmet)} ({job.after_rule or AFTER_RULES[0]})"
     rule = gate.groups.get(job.group) if job.group else None
-    if rule is not None and rule.paused:
-        return f"group {job.group} is paused"
+    held = _group_holds(str(job.group), rule) if rule is not None else None
+    if held is not None:
+        return held
     others_by_id = {j.job_id: j for j in others}
     active = {j.job_id: j.agent for j in others if occupies_slot(j)}
     for job_id, agent in (busy or {}).items():
@@ -133,6 +137,16 @@ def waiting_for(
             return f"group {job.group} runs {in_group} of its max_running {rule.max_running}"
     if job.max_running is not None and len(active) >= job.max_running:
         return f"its --max-running {job.max_running} reached"
+    return None
+
+
+def _group_holds(group: str, rule: GroupRule) -> str | None:
+    """Why the group itself holds its jobs back (paused, or its day's budget spent), or None."""
+    if rule.paused:
+        return f"group {group} is paused"
+    if rule.daily_cost_usd is not None and rule.spent_today_usd >= rule.daily_cost_usd:
+        spent, budget = rule.spent_today_usd, rule.daily_cost_usd
+        return f"group {group} spent ${spent:.4f} of its ${budget:.2f} today"
     return None
 
 

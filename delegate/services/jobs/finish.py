@@ -24,6 +24,7 @@ event it receives, a terminal one included, before its reconcile pass ends the j
 
 from typing import Any, NamedTuple
 
+from delegate.adapters.groups import GroupBook
 from delegate.core.budget import BUDGET_EXCEEDED
 from delegate.core.caps import DEPENDENCY_FAILED, Gate, broken_dependency, dependency_failure
 from delegate.core.model import EventType, Job, JobState, SessionState
@@ -108,6 +109,8 @@ def end_job(
     )
     if changed:
         settle_dependents(state, job)
+        if job.group and job.cost_usd:  # a group's daily budget counts what its jobs cost
+            GroupBook(state.layout.groups_book).add_spending(job.group, job.cost_usd)
     if envelope is not None:
         # deferred: notifiers need subprocess, threading and tomllib (~15 ms), which the
         # publish hot path (it passes no envelope) never does
