@@ -50,7 +50,8 @@ from delegate.core.timefmt import parse_timestamp, record_timestamp
 
 log = get_logger(__name__)
 
-OnChange = Callable[[Job, "JobState | None"], None]
+# (job, previous status, cause): the cause says where a state change came from (core/why)
+OnChange = Callable[[Job, "JobState | None", "dict[str, Any] | None"], None]
 FINISHED_LOG = "finished.log"
 # A non-state event refreshes `last_event_at` only when the stored value is older than this:
 # idle limits are seconds to minutes, and every progress line need not rewrite the record.
@@ -119,12 +120,14 @@ class Registry:
         log.warning("quarantined corrupt job record %s (%s) to %s", path.name, reason, target)
         return target
 
-    def _save(self, job: Job, previous: JobState | None) -> Job:
+    def _save(
+        self, job: Job, previous: JobState | None, cause: dict[str, Any] | None = None
+    ) -> Job:
         job = job._replace(updated_at=record_timestamp(self._now()))
         data = json.dumps(job.to_dict(), indent=2, sort_keys=True).encode("utf-8") + b"\n"
         atomic_write(self.path_for(job.job_id), data)
         if self.on_change is not None and previous != job.status:
-            self.on_change(job, previous)
+            self.on_change(job, previous, cause)
         return job
 
     @staticmethod
@@ -349,7 +352,9 @@ class Registry:
                 raise ValueError(f"{target.value} ends the job: only Registry.record_end ends one")
             return self._move(job, target, reason)
 
-    def _move(self, job: Job, target: JobState, reason: str | None) -> Job:
+    def _move(
+        self, job: Job, target: JobState, reason: str | None, cause: dict[str, Any] | None = None
+    ) -> Job:
         """Change state under the lock, keeping the indexes true: a marker is added before the
         record says so and removed after, so a crash leaves at worst a stale marker, which the
         readers of the index drop."""
@@ -363,7 +368,7 @@ class Registry:
             job = job._replace(started_at=record_timestamp(self._now()))
         if target is JobState.PENDING:
             self._set_pending_marker(job.job_id, True)
-        job = self._save(job, previous)
+        job = self._save(job, previous, cause)
         if previous is JobState.PENDING and target is not JobState.PENDING:
             self._set_pending_marker(job.job_id, False)
         if target.terminal:
@@ -383,6 +388,7 @@ class Registry:
         reason: str | None = None,
         by_event: bool = False,
         before: Callable[[Job], None] | None = None,
+        cause: dict[str, Any] | None = None,
     ) -> tuple[Job, bool]:
         """The one terminal write: move an open job to `target` (completed, error, cancelled);
         return (job, changed). Only services/jobs/finish.py calls it (tests/test_one_ending.py).
@@ -394,7 +400,8 @@ class Registry:
         `by_event`: the job's own `completed`/`error`, which also moves its idle clock; one
         seen while the job is still queued or pending (its `started` was lost) passes through
         pending and running, so each move is legal and recorded. Otherwise a move the table
-        forbids raises IllegalTransition.
+        forbids raises IllegalTransition. `cause`: where the ending came from, for its
+        `status_changed` line (core/why).
         """
         if not target.terminal:
             raise ValueError(f"{target.value} does not end a job; use transition()")
@@ -405,15 +412,17 @@ class Registry:
             if by_event:
                 job = job._replace(last_event_at=record_timestamp(self._now()))
                 if job.status is JobState.QUEUED:
-                    job = self._move(job, JobState.PENDING, None)
+                    job = self._move(job, JobState.PENDING, None, cause)
                 if not is_legal_transition(job.status, target):
-                    job = self._move(job, JobState.RUNNING, None)
+                    job = self._move(job, JobState.RUNNING, None, cause)
             check_transition(job_id, job.status, target)
             if before is not None:
                 before(job)
-            return self._move(job, target, reason), True
+            return self._move(job, target, reason, cause), True
 
-    def apply_event(self, job_id: str, event: EventType, *, detail: str = "") -> tuple[Job, bool]:
+    def apply_event(
+        self, job_id: str, event: EventType, *, detail: str = "", actor: str = ""
+    ) -> tuple[Job, bool]:
         """Apply what a non-terminal accepted event implies; return (job, changed).
 
         `started` moves the job to running; `progress` and `permission_required` only move the
@@ -438,9 +447,12 @@ class Registry:
             if job.status is target or job.status.terminal:
                 return job, False
             job = job._replace(last_event_at=record_timestamp(self._now()))
+            cause = {"source": "agent", "event": event.value, "observed": True}
+            if actor:
+                cause["actor"] = actor
             if job.status is JobState.QUEUED:
-                job = self._move(job, JobState.PENDING, None)
-            return self._move(job, target, None), True
+                job = self._move(job, JobState.PENDING, None, cause)
+            return self._move(job, target, None, cause), True
 
     def _stale_last_event(self, job: Job) -> bool:
         if job.last_event_at is None:
@@ -517,7 +529,8 @@ class Registry:
             others = [j for j in self._open_locked() if j.job_id != job_id]
             if may_start(job, others):
                 return self._save(job, job.status)
-            return self._move(job._replace(launcher=None), JobState.QUEUED, None)
+            cause = {"source": "queue", "observed": True, "detail": "no free slot or not yet due"}
+            return self._move(job._replace(launcher=None), JobState.QUEUED, None, cause)
 
     def claim_launch(
         self,
@@ -536,7 +549,8 @@ class Registry:
                 others = [j for j in self._open_locked() if j.job_id != job_id]
                 if not may_start(job, others):
                     return None
-                return self._move(job._replace(launcher=launcher), JobState.PENDING, None)
+                cause = {"source": "queue", "observed": True, "detail": "its turn came"}
+                return self._move(job._replace(launcher=launcher), JobState.PENDING, None, cause)
             if job.status is JobState.PENDING and job.launcher == expected_launcher:
                 return self._save(job._replace(launcher=launcher), job.status)
             return None

@@ -11,10 +11,13 @@ core's model.
 # annotation into a ForwardRef at import (milliseconds of every fast path).
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from types import MappingProxyType
 from typing import NamedTuple
 
 from delegate.core.model import Job, JobState, Session, SessionState
+from delegate.core.retry import attempt_label
+from delegate.core.timefmt import local_time, parse_iso
 
 
 class Caps(NamedTuple):
@@ -33,10 +36,12 @@ class GroupRule(NamedTuple):
 
 class Gate(NamedTuple):
     """What besides the caps decides a start: the state of each job some open job waits for
-    (`dependencies`, by id; an id absent was not found) and the groups' rules (by name)."""
+    (`dependencies`, by id, each by its latest attempt; an id absent was not found), the
+    groups' rules (by name), and the time now (a retry waits until its `not_before`)."""
 
     dependencies: Mapping[str, JobState] = MappingProxyType({})
     groups: Mapping[str, GroupRule] = MappingProxyType({})
+    now: datetime | None = None
 
 
 # `submit --after-rule`: what a dependency's ending must be for the job to start.
@@ -111,6 +116,9 @@ def waiting_for(
     shows more sessions running than the cap allows.
     """
     gate = gate or Gate()
+    backoff = _backoff_left(job, gate.now)
+    if backoff is not None:
+        return backoff
     unmet = _unmet_dependencies(job, gate)
     if unmet:
         return f"waits for {', '.join(unmet)} ({job.after_rule or AFTER_RULES[0]})"
@@ -134,6 +142,16 @@ def waiting_for(
     if job.max_running is not None and len(active) >= job.max_running:
         return f"its --max-running {job.max_running} reached"
     return None
+
+
+def _backoff_left(job: Job, now: datetime | None) -> str | None:
+    """`retry 2/3 at 14:05:07` while a retry waits out its backoff; None once it may start (or
+    when no time was given: the caller does not judge backoffs)."""
+    eligible = parse_iso(job.not_before)
+    if eligible is None or now is None or now >= eligible:
+        return None
+    at = local_time(job.not_before, now=now)
+    return f"retry {attempt_label(job) or job.attempt or 2} at {at}"
 
 
 def _group_of(job_id: str, jobs: Mapping[str, Job]) -> str | None:

@@ -735,17 +735,20 @@ def queued_launches(facts: Facts, earlier: Sequence[Action] = ()) -> list[Action
     closing = {a.session for a in earlier if isinstance(a, (SetSession, KillSession))}
     busy = busy_sessions([r for r in facts.snap.sessions if r.name not in closing])
     caps = facts.settings.caps or Caps()
+    gate = facts.snap.gate
+    if gate.now is None:  # a retry waiting its backoff is judged against this pass's time
+        gate = gate._replace(now=facts.now)
     actions: list[Action] = []
     for job in sorted(open_now, key=_by_age):
         if job.status is not JobState.QUEUED:
             continue
-        broken = broken_dependency(job.after, job.after_rule, facts.snap.gate)
+        broken = broken_dependency(job.after, job.after_rule, gate)
         if broken is not None:  # its ender settles it at once; this pass is the safety net
-            reason = dependency_failure(broken, facts.snap.gate)
+            reason = dependency_failure(broken, gate)
             actions.append(FailJob("fail_job", job.job_id, reason, {"dependency": broken}))
             continue
         others = [j for j in open_now if j.job_id != job.job_id]
-        if not may_start(job, others, caps, busy, facts.snap.gate):
+        if not may_start(job, others, caps, busy, gate):
             continue
         actions.append(
             LaunchJob("launch_job", job.job_id, "a slot is free", {}, expected_launcher=None)

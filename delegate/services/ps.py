@@ -18,6 +18,7 @@ from delegate.config.settings import TMUX_SOCKET_ENV
 from delegate.core.caps import waiting_for
 from delegate.core.errors import DelegateError
 from delegate.core.model import Job, JobState, Pane, Session, SessionState, TmuxView
+from delegate.core.retry import attempt_label
 from delegate.core.timefmt import parse_timestamp, record_timestamp, seconds_between
 from delegate.services.state import State
 
@@ -42,6 +43,7 @@ class Row(NamedTuple):
     last_detail: str = ""
     group: str | None = None
     waiting_for: str | None = None  # a queued job: why it has not started yet
+    attempt: str = ""  # `2/3`: which attempt of how many its --retries allow (core/retry)
 
     def to_dict(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in JSON_KEYS}
@@ -60,6 +62,7 @@ JSON_KEYS = (
     "host",
     "group",
     "waiting_for",
+    "attempt",
 )
 
 
@@ -195,6 +198,7 @@ def rows(
                 last_detail=detail,
                 group=job.group,
                 waiting_for=waiting.get(job.job_id),
+                attempt=attempt_label(job),
             )
         )
     return Listing(out, note)
@@ -215,9 +219,9 @@ def _listed_jobs(state: State, *, show_all: bool, limit: int, group: str | None)
         return [j for j in mine if not j.status.terminal] + (ended[-limit:] if limit else [])
     if show_all:
         return registry.list()
-    return registry.open_jobs() + sorted(
-        registry.recent_finished(limit), key=lambda j: (j.created_at, j.job_id)
-    )
+    # an attempt that was retried is shown by its latest attempt (`show` lists them all)
+    ended = [j for j in registry.recent_finished(limit) if not j.retried_by]
+    return registry.open_jobs() + sorted(ended, key=lambda j: (j.created_at, j.job_id))
 
 
 def _tmux_views(

@@ -42,6 +42,7 @@ from delegate.core.policy import (
     reconcile,
 )
 from delegate.core.timefmt import record_timestamp
+from delegate.core.why import inferred_reason
 from delegate.services.jobs.finish import AuditLine, end_job, event_ending
 from delegate.services.jobs.launch import (
     caps,
@@ -213,7 +214,9 @@ class Reconciler:
             assigned_at=assigned_at,
             queued_on_host=frozenset(queued_there),
             unseen_since=inventory(self.state).unseen(),
-            gate=gate_for(self.state, [j for j in jobs.values() if j.status is JobState.QUEUED]),
+            gate=gate_for(
+                self.state, [j for j in jobs.values() if j.status is JobState.QUEUED], self.now()
+            ),
         )
         self.last_snapshot = snap
         return snap
@@ -313,9 +316,28 @@ class Reconciler:
         assert action.job_id is not None
         done = Done(action, audited=True)
         ending = end_job(
-            self.state, action.job_id, target, actor=self.actor, because=self._line(done), **how
+            self.state,
+            action.job_id,
+            target,
+            actor=self.actor,
+            because=self._line(done),
+            cause=self._cause(action),
+            **how,
         )
         return (done if ending.changed else None), ending.job
+
+    def _cause(self, action: Action) -> dict[str, Any]:
+        """Where an ending this pass decides comes from: an agent's event it received, or what
+        it saw (a dead pane, a gone server, a passed deadline) or inferred (a lost server or
+        host), with the evidence."""
+        if isinstance(action, ApplyEvent):
+            return {"source": "agent", "event": action.event, "observed": True}
+        return {
+            "source": self.actor,
+            "rule": action.kind,
+            "evidence": dict(action.evidence),
+            "observed": not inferred_reason(action.reason),
+        }
 
     def _audit(self, done: Done, *, kind: str = RECONCILED) -> None:
         job_id = done.action.job_id
