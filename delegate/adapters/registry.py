@@ -121,9 +121,15 @@ class Registry:
         return target
 
     def _save(
-        self, job: Job, previous: JobState | None, cause: dict[str, Any] | None = None
+        self,
+        job: Job,
+        previous: JobState | None,
+        cause: dict[str, Any] | None = None,
+        *,
+        stamp: bool = True,
     ) -> Job:
-        job = job._replace(updated_at=record_timestamp(self._now()))
+        if stamp:
+            job = job._replace(updated_at=record_timestamp(self._now()))
         data = json.dumps(job.to_dict(), indent=2, sort_keys=True).encode("utf-8") + b"\n"
         atomic_write(self.path_for(job.job_id), data)
         if self.on_change is not None and previous != job.status:
@@ -496,8 +502,9 @@ class Registry:
             job = min(candidates, key=lambda j: (j.created_at, j.job_id))
             return self._move(job._replace(picked_by=agent_session), JobState.RUNNING, None)
 
-    def update(self, job_id: str, **changes: Any) -> Job:
-        """Set plain fields (session name, bus overrides); never the status or the token."""
+    def update(self, job_id: str, *, stamp: bool = True, **changes: Any) -> Job:
+        """Set plain fields (session name, bus overrides); never the status or the token.
+        `stamp=False` keeps `updated_at`: an ended job's stays the time it ended."""
         forbidden = {"status", "auth_token", "job_id", "last_seq", "created_at"} & changes.keys()
         if forbidden:
             raise ValueError(f"cannot update {', '.join(sorted(forbidden))} directly")
@@ -506,7 +513,7 @@ class Registry:
             unknown = changes.keys() - set(Job._fields)
             if unknown:
                 raise ValueError(f"job records have no field {', '.join(sorted(unknown))}")
-            return self._save(job._replace(**changes), job.status)
+            return self._save(job._replace(**changes), job.status, stamp=stamp)
 
     def admit(
         self,

@@ -74,17 +74,18 @@ def ending_fact(
         command = f" (`{cause['command']}`)" if cause.get("command") else ""
         return f"cancelled{user}{command}" + (f": {reason}" if reason else "")
     if cause.get("source") == "agent":
-        return _agent_fact(status, reason)
+        return _agent_fact(status, reason, str(cause.get("detail") or ""))
     return _seen_fact(status, reason, cause, job)
 
 
-def _agent_fact(status: str, reason: str | None) -> str:
+def _agent_fact(status: str, reason: str | None, detail: str) -> str:
     """An ending by the agent's own event, or by the wrapper's report of its exit."""
-    rest = (reason or "").partition(":")[2].strip()
+    rest = (reason or "").partition(":")[2].strip() or detail
+    if rest.startswith(WRAPPER_REPORTS):
+        rest = rest.removesuffix(" without reporting")
+        return f"{rest.replace('agent ', 'the agent ', 1)} (the wrapper's exit report)"
     if status == "completed":
         return "the agent reported completed"
-    if rest.startswith(WRAPPER_REPORTS):
-        return f"{rest.replace('agent ', 'the agent ', 1)} (the wrapper's exit report)"
     return f"the agent reported an error{': ' + rest if rest else ''}"
 
 
@@ -107,7 +108,8 @@ def _seen_fact(
     if code in INFERRED:
         return f"{code}: {rest or reason_words(reason)} ({_by(cause)})"
     if code == "dependency_failed":
-        return f"its dependency {rest} (rule --after)"
+        dep, _, ended = rest.partition(" ")
+        return f"its dependency {dep} ended {ended or 'unknown'} (rule --after)"
     if code in ("launch_failed", "never_launched", "assign_failed"):
         return f"{reason_words(reason)} ({_by(cause)})"
     words = reason_words(reason) or status

@@ -331,7 +331,8 @@ class Reconciler:
         it saw (a dead pane, a gone server, a passed deadline) or inferred (a lost server or
         host), with the evidence."""
         if isinstance(action, ApplyEvent):
-            return {"source": "agent", "event": action.event, "observed": True}
+            told = {"source": "agent", "event": action.event, "observed": True}
+            return {**told, "detail": action.detail} if action.detail else told
         return {
             "source": self.actor,
             "rule": action.kind,

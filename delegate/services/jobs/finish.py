@@ -204,6 +204,8 @@ def end_by_event(
     """End a job with its own terminal event (`completed`, `error`)."""
     target, reason = event_ending(event, detail)
     told: dict[str, Any] = {"source": "agent", "event": event.value, "observed": True}
+    if detail:
+        told["detail"] = detail
     return end_job(
         state,
         job_id,

@@ -106,7 +106,7 @@ def _submit_attempt(state: State, job: Job, request: SubmitRequest, how: str) ->
     else:
         result = submit(state, request, wait=False, tmux=tmux)
     if result.created:
-        state.registry.update(job.job_id, retried_by=result.job.job_id)
+        state.registry.update(job.job_id, stamp=False, retried_by=result.job.job_id)
         state.audit.append(
             job.job_id,
             RETRIED,
