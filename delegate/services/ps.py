@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from delegate.adapters.sessions_db import SessionInventory
 from delegate.adapters.tmux import Tmux, socket_path_for
 from delegate.config.settings import TMUX_SOCKET_ENV
-from delegate.core.caps import waiting_for
+from delegate.core.caps import Slots, waiting_for
 from delegate.core.errors import DelegateError
 from delegate.core.model import Job, JobState, Pane, Session, SessionState, TmuxView
 from delegate.core.retry import attempt_label
@@ -134,10 +134,12 @@ def waiting_reasons(state: State, jobs: list[Job]) -> dict[str, str]:
 
     cap, gate, busy = caps(state), gate_for(state, queued), busy_now(state)
     open_jobs = state.registry.open_jobs()
+    slots = Slots(open_jobs, busy)  # counted once for every queued job
     reasons = {}
     for job in queued:
-        others = [j for j in open_jobs if j.job_id != job.job_id]
-        reasons[job.job_id] = waiting_for(job, others, cap, busy, gate) or "a slot is free"
+        reasons[job.job_id] = (
+            waiting_for(job, open_jobs, cap, busy, gate, slots) or "a slot is free"
+        )
     return reasons
 
 
