@@ -140,8 +140,8 @@ def interrupted(reason: str | None) -> bool:
 def backoff_s(attempt: int, low: float, high: float, rand: float) -> float:
     """The wait before attempt `attempt + 1`: LOW doubled per attempt, at most HIGH, less up
     to JITTER of it (`rand` in [0, 1))."""
-    base = min(high, low * 2 ** max(0, attempt - 1))
-    return base * (1.0 - JITTER * rand)
+    base = min(high, low * 2.0 ** max(0, attempt - 1))
+    return float(base * (1.0 - JITTER * rand))
 
 
 def next_attempt(job: Job, rand: float = 0.0) -> NextAttempt | None:

@@ -123,7 +123,7 @@ def end_job(
         if because is not None:
             state.audit.append(job_id, because.kind, **because.fields)
 
-    told = {"actor": actor} if actor else {}
+    told: dict[str, Any] = {"actor": actor} if actor else {}
     if by_event:
         told.update(source="agent", observed=True)
     job, changed = registry.record_end(
