@@ -47,7 +47,7 @@ from delegate.core.model import (
     publish_refusal,
     validate_job_id,
 )
-from delegate.core.timefmt import parse_timestamp, record_timestamp
+from delegate.core.timefmt import local_time, parse_timestamp, record_timestamp
 
 log = get_logger(__name__)
 
@@ -568,7 +568,10 @@ class Registry:
             others = [j for j in self._open_locked() if j.job_id != job_id]
             if may_start(job, others):
                 return self._save(job, job.status)
-            cause = {"source": "queue", "observed": True, "detail": "no free slot or not yet due"}
+            detail = "waits for a slot, its dependencies or its group"
+            if job.not_before:
+                detail = f"waits out its retry backoff until {local_time(job.not_before)}"
+            cause = {"source": "queue", "observed": True, "detail": detail}
             return self._move(job._replace(launcher=None), JobState.QUEUED, None, cause)
 
     def claim_launch(
