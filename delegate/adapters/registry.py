@@ -7,6 +7,8 @@ Layout inside the registry folder:
   open/<job_id>         an empty marker per open job (queued, pending, running): what the
                         monitor, the supervisors and `ps` read instead of the whole history
   finished.log          one job id per line, appended as each job ends: the recent ones for `ps`
+  changes.log           one job id per line, appended as each record is written (emptied past
+                        CHANGES_MAX): a monitor re-reads only the records that changed
   keys/<sha256>         idempotency key -> job id
   quarantine/           records that did not parse, moved aside and never rewritten
 
@@ -57,6 +59,9 @@ FINISHED_LOG = "finished.log"
 # A non-state event refreshes `last_event_at` only when the stored value is older than this:
 # idle limits are seconds to minutes, and every progress line need not rewrite the record.
 LAST_EVENT_RESOLUTION_S = 1.0
+CHANGES_LOG = "changes.log"
+CHANGES_MAX = 4 << 20  # bytes; then the log starts over (its readers read everything again)
+FOLLOW_RESCAN_S = 30.0  # a follower of the changes reads every open record this often anyway
 CACHE_SETTLED_NS = 1_000_000_000  # a record is cached once its file is a second old
 CACHE_MAX = 50_000  # records kept parsed (a monitor's open jobs and their dependencies)
 
@@ -77,6 +82,7 @@ class Registry:
         self.root = root
         self._root_text = os.fspath(root)
         self._cache: dict[str, tuple[tuple[int, int, int], Job]] = {}
+        self._follow: _Follow | None = None
         self.on_change = on_change
         self._now = now or (lambda: datetime.now(UTC))
         self._lock = FileLock(root / ".lock", lock_timeout_s)
@@ -131,6 +137,23 @@ class Registry:
             moved = self._quarantine(Path(path), reason)
             raise CorruptRecord(job_id, str(moved), reason) from None
 
+    def _note_change(self, job_id: str) -> None:
+        """Append the id to changes.log (under the lock, as every write): what followers of
+        the open jobs re-read. Past CHANGES_MAX a new file replaces it (a new inode, which
+        its followers notice and read everything again)."""
+        path = self.root / CHANGES_LOG
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(fd).st_size > CHANGES_MAX:
+                os.close(fd)
+                fd = -1
+                atomic_write(path, b"")
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            os.write(fd, f"{job_id}\n".encode("ascii"))
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
     def _remember(self, job: Job, read: os.stat_result) -> None:
         """Cache a record read from a file last written over CACHE_SETTLED_NS ago. A rewrite
         makes a new file (atomic_write), whose inode may reuse the old one's and whose mtime
@@ -164,6 +187,7 @@ class Registry:
             job = job._replace(updated_at=record_timestamp(self._now()))
         data = json.dumps(job.to_dict(), indent=2, sort_keys=True).encode("utf-8") + b"\n"
         atomic_write(self.path_for(job.job_id), data)
+        self._note_change(job.job_id)
         if self.on_change is not None and previous != job.status:
             self.on_change(job, previous, cause)
         return job
@@ -247,6 +271,32 @@ class Registry:
                 (self.open_dir / name).unlink(missing_ok=True)
         jobs.sort(key=lambda j: (j.created_at, j.job_id))
         return jobs
+
+    def followed_open_jobs(self) -> builtins.list[Job]:
+        """`open_jobs()` for a caller that asks again every few seconds (the monitor): after a
+        first full read, only the records changes.log names since are read again; a log that
+        started over, and every FOLLOW_RESCAN_S (a writer that died between its record and
+        its line), read everything again."""
+        follow = self._follow
+        if follow is None or time.monotonic() - follow.since > FOLLOW_RESCAN_S:
+            follow = self._follow = _Follow.start(self.root / CHANGES_LOG)
+            follow.jobs = {j.job_id: j for j in self.open_jobs()}
+        else:
+            changed = follow.read_changes()
+            if changed is None:  # the log started over
+                self._follow = None
+                return self.followed_open_jobs()
+            for job_id in changed:
+                try:
+                    job = self.get(job_id)
+                except DelegateError:
+                    follow.jobs.pop(job_id, None)
+                    continue
+                if job.status in OPEN_JOB_STATES:
+                    follow.jobs[job_id] = job
+                else:
+                    follow.jobs.pop(job_id, None)
+        return sorted(follow.jobs.values(), key=lambda j: (j.created_at, j.job_id))
 
     def _open_locked(self) -> builtins.list[Job]:
         jobs = []
@@ -596,3 +646,39 @@ class Registry:
             if job.status is JobState.PENDING and job.launcher == expected_launcher:
                 return self._save(job._replace(launcher=launcher), job.status)
             return None
+
+
+class _Follow:
+    """Where a follower of changes.log is: the open jobs it knows, the log's file and how far
+    it has read it (whole lines only), and when it last read everything."""
+
+    def __init__(self, path: Path, inode: int, offset: int) -> None:
+        self.path, self.inode, self.offset = path, inode, offset
+        self.since = time.monotonic()
+        self.jobs: dict[str, Job] = {}
+
+    @classmethod
+    def start(cls, path: Path) -> _Follow:
+        """Begin at the log's end, before the full read: a change made meanwhile is read
+        again on the next call, never missed."""
+        try:
+            seen = os.stat(path)
+        except FileNotFoundError:
+            return cls(path, 0, 0)
+        return cls(path, seen.st_ino, seen.st_size)
+
+    def read_changes(self) -> set[str] | None:
+        """The ids written since; None when the log started over (or was replaced)."""
+        try:
+            with open(self.path, "rb") as handle:
+                seen = os.fstat(handle.fileno())
+                if self.inode and (seen.st_ino != self.inode or seen.st_size < self.offset):
+                    return None
+                handle.seek(self.offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return set() if not self.inode else None
+        self.inode = seen.st_ino
+        whole = data[: data.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        return {line.decode("ascii", "replace") for line in whole.split(b"\n") if line}

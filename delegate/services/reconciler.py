@@ -157,7 +157,7 @@ class Reconciler:
         this environment's). `only_job`: a supervisor's view, its own session row only.
         """
         registry = self.state.registry
-        jobs = {j.job_id: j for j in registry.open_jobs()}
+        jobs = {j.job_id: j for j in registry.followed_open_jobs()}
         # Whose launcher still runs is read before the session rows: a launcher that was gone
         # by then had written every row it would write, so a pending job with no row really
         # was never launched. (Read after, a launcher finishing in between looked like one that
@@ -215,7 +215,10 @@ class Reconciler:
             queued_on_host=frozenset(queued_there),
             unseen_since=inventory(self.state).unseen(),
             gate=gate_for(
-                self.state, [j for j in jobs.values() if j.status is JobState.QUEUED], self.now()
+                self.state,
+                [j for j in jobs.values() if j.status is JobState.QUEUED],
+                self.now(),
+                known=jobs,
             ),
         )
         self.last_snapshot = snap

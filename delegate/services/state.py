@@ -71,11 +71,18 @@ class State:
         registry = Registry(layout.jobs, on_change=audit.record_change)
         return cls(layout=layout, registry=registry, audit=audit, env=env)
 
-    def job_states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
+    def job_states(
+        self, job_ids: Iterable[str], known: Mapping[str, Job] | None = None
+    ) -> dict[str, JobState]:
         """The state of each of `job_ids` that exists (and reads), by its latest attempt (an
-        attempt whose retry is due counts as queued); the others are left out."""
+        attempt whose retry is due counts as queued); the others are left out. `known`: open
+        jobs just read (an open job is its own latest attempt), not read again."""
         states: dict[str, JobState] = {}
         for job_id in job_ids:
+            seen = known.get(job_id) if known is not None else None
+            if seen is not None and not seen.status.terminal:
+                states[job_id] = seen.status
+                continue
             try:
                 states[job_id] = effective_state(self.latest_attempt(self.registry.get(job_id)))
             except DelegateError:

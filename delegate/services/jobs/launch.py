@@ -40,12 +40,19 @@ def caps(state: State) -> Caps:
     return max_running_caps(read_config(state.layout.home, state.env).tables)
 
 
-def gate_for(state: State, jobs: Iterable[Job], now: datetime | None = None) -> Gate:
+def gate_for(
+    state: State,
+    jobs: Iterable[Job],
+    now: datetime | None = None,
+    known: Mapping[str, Job] | None = None,
+) -> Gate:
     """What decides the start of `jobs` besides the caps: the states of the jobs they wait for
-    (by their latest attempts), the queue groups' rules and the time (retry backoffs)."""
+    (by their latest attempts; `known`: open jobs just read), the queue groups' rules and the
+    time (retry backoffs)."""
     jobs = list(jobs)
     # a dependency not found (or unreadable) is left out: one that can never succeed
-    dependencies = state.job_states({dep for job in jobs for dep in job.after or ()})
+    wanted = {dep for job in jobs for dep in job.after or ()}
+    dependencies = state.job_states(wanted, known)
     groups = GroupBook(state.layout.groups_book).rules() if any(j.group for j in jobs) else {}
     return Gate(dependencies, groups, now or datetime.now(UTC))
 
