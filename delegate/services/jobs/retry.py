@@ -105,8 +105,10 @@ def _submit_attempt(state: State, job: Job, request: SubmitRequest, how: str) ->
         result = submit_remote(state, request, job.host, wait=False)
     else:
         result = submit(state, request, wait=False, tmux=tmux)
-    if result.created:
+    if result.created or not state.registry.get(job.job_id).retried_by:
+        # (not created: a caller that died after registering the attempt left it unlinked)
         state.registry.update(job.job_id, stamp=False, retried_by=result.job.job_id)
+    if result.created:
         state.audit.append(
             job.job_id,
             RETRIED,
