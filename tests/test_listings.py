@@ -32,6 +32,7 @@ PS_JSON_KEYS = {
     "host",
     "group",  # issue 20: keys are only ever added, never renamed or dropped
     "waiting_for",
+    "attempt",
 }
 LONG_REASON = "agent_error: " + "the test suite failed in a very long and winding way " * 3
 

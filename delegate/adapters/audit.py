@@ -91,8 +91,11 @@ class AuditLog:
         meta["bus"] = job.bus.get("url")
         atomic_write(path, _dump(meta) + b"\n")
 
-    def record_change(self, job: Job, previous: JobState | None) -> None:
-        """The registry's on_change hook: a job was created or changed state."""
+    def record_change(
+        self, job: Job, previous: JobState | None, cause: dict[str, Any] | None = None
+    ) -> None:
+        """The registry's on_change hook: a job was created or changed state. `cause` (where
+        the change came from, observed or inferred: core/why) is kept on the line."""
         if previous is None:
             self.write_meta(job)
             self.append(job.job_id, REGISTERED, status=job.status.value)
@@ -103,6 +106,7 @@ class AuditLog:
                 previous=previous.value,
                 status=job.status.value,
                 error=job.error,
+                **({"cause": cause} if cause else {}),
             )
         self.write_status(job)
 

@@ -7,6 +7,8 @@ Layout inside the registry folder:
   open/<job_id>         an empty marker per open job (queued, pending, running): what the
                         monitor, the supervisors and `ps` read instead of the whole history
   finished.log          one job id per line, appended as each job ends: the recent ones for `ps`
+  changes.log           one job id per line, appended as each record is written (emptied past
+                        CHANGES_MAX): a monitor re-reads only the records that changed
   keys/<sha256>         idempotency key -> job id
   quarantine/           records that did not parse, moved aside and never rewritten
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -46,15 +49,25 @@ from delegate.core.model import (
     publish_refusal,
     validate_job_id,
 )
-from delegate.core.timefmt import parse_timestamp, record_timestamp
+from delegate.core.timefmt import local_time, parse_timestamp, record_timestamp
 
 log = get_logger(__name__)
 
-OnChange = Callable[[Job, "JobState | None"], None]
+# (job, previous status, cause): the cause says where a state change came from (core/why)
+OnChange = Callable[[Job, "JobState | None", "dict[str, Any] | None"], None]
 FINISHED_LOG = "finished.log"
 # A non-state event refreshes `last_event_at` only when the stored value is older than this:
 # idle limits are seconds to minutes, and every progress line need not rewrite the record.
 LAST_EVENT_RESOLUTION_S = 1.0
+CHANGES_LOG = "changes.log"
+CHANGES_MAX = 4 << 20  # bytes; then the log starts over (its readers read everything again)
+FOLLOW_RESCAN_S = 30.0  # a follower of the changes reads every open record this often anyway
+CACHE_SETTLED_NS = 1_000_000_000  # a record is cached once its file is a second old
+CACHE_MAX = 50_000  # records kept parsed (a monitor's open jobs and their dependencies)
+
+
+def _file_key(seen: os.stat_result) -> tuple[int, int, int]:
+    return (seen.st_ino, seen.st_mtime_ns, seen.st_size)
 
 
 class Registry:
@@ -67,6 +80,9 @@ class Registry:
         now: Callable[[], datetime] | None = None,
     ) -> None:
         self.root = root
+        self._root_text = os.fspath(root)
+        self._cache: dict[str, tuple[tuple[int, int, int], Job]] = {}
+        self._follow: _Follow | None = None
         self.on_change = on_change
         self._now = now or (lambda: datetime.now(UTC))
         self._lock = FileLock(root / ".lock", lock_timeout_s)
@@ -92,22 +108,62 @@ class Registry:
             yield
 
     def _load(self, job_id: str, *, quarantine: bool) -> Job:
-        path = self.path_for(job_id)
+        """The record, parsed; one read before (its file unchanged since) comes from the cache:
+        a monitor pass over 10,000 queued jobs reads each with one stat, not a parse."""
+        path = f"{self._root_text}/{validate_job_id(job_id)}.json"  # str: pathlib costs µs
         try:
-            raw = path.read_bytes()
+            seen = os.stat(path)
+        except FileNotFoundError:
+            raise JobNotFound(job_id) from None
+        cached = self._cache.get(job_id)
+        if cached is not None and cached[0] == _file_key(seen):
+            return cached[1]
+        try:
+            with open(path, "rb") as handle:
+                read = os.fstat(handle.fileno())
+                raw = handle.read()
         except FileNotFoundError:
             raise JobNotFound(job_id) from None
         try:
             job = Job.from_dict(json.loads(raw))
             if job.job_id != job_id:
                 raise ValueError(f"record names job {job.job_id}")
+            self._remember(job, read)
             return job
         except (ValueError, TypeError) as exc:
             reason = str(exc) if not isinstance(exc, json.JSONDecodeError) else "not valid JSON"
             if not quarantine:
                 raise CorruptRecord(job_id, "(not moved)", reason) from None
-            moved = self._quarantine(path, reason)
+            moved = self._quarantine(Path(path), reason)
             raise CorruptRecord(job_id, str(moved), reason) from None
+
+    def _note_change(self, job_id: str) -> None:
+        """Append the id to changes.log (under the lock, as every write): what followers of
+        the open jobs re-read. Past CHANGES_MAX a new file replaces it (a new inode, which
+        its followers notice and read everything again)."""
+        path = self.root / CHANGES_LOG
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(fd).st_size > CHANGES_MAX:
+                os.close(fd)
+                fd = -1
+                atomic_write(path, b"")
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            os.write(fd, f"{job_id}\n".encode("ascii"))
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
+    def _remember(self, job: Job, read: os.stat_result) -> None:
+        """Cache a record read from a file last written over CACHE_SETTLED_NS ago. A rewrite
+        makes a new file (atomic_write), whose inode may reuse the old one's and whose mtime
+        may fall in the same clock tick: only a record that has settled is cached, so a
+        rewrite after it always differs in its mtime."""
+        if time.time_ns() - read.st_mtime_ns < CACHE_SETTLED_NS:
+            return
+        if len(self._cache) >= CACHE_MAX:
+            self._cache.clear()
+        self._cache[job.job_id] = (_file_key(read), job)
 
     def _quarantine(self, path: Path, reason: str) -> Path:
         """Move a record that does not parse aside; called under the lock."""
@@ -119,12 +175,21 @@ class Registry:
         log.warning("quarantined corrupt job record %s (%s) to %s", path.name, reason, target)
         return target
 
-    def _save(self, job: Job, previous: JobState | None) -> Job:
-        job = job._replace(updated_at=record_timestamp(self._now()))
+    def _save(
+        self,
+        job: Job,
+        previous: JobState | None,
+        cause: dict[str, Any] | None = None,
+        *,
+        stamp: bool = True,
+    ) -> Job:
+        if stamp:
+            job = job._replace(updated_at=record_timestamp(self._now()))
         data = json.dumps(job.to_dict(), indent=2, sort_keys=True).encode("utf-8") + b"\n"
         atomic_write(self.path_for(job.job_id), data)
+        self._note_change(job.job_id)
         if self.on_change is not None and previous != job.status:
-            self.on_change(job, previous)
+            self.on_change(job, previous, cause)
         return job
 
     @staticmethod
@@ -192,18 +257,18 @@ class Registry:
         A marker left by a crash (its record already ended, or gone) is dropped here.
         """
         jobs = []
-        for marker in self.open_dir.iterdir():
+        for name in os.listdir(self.open_dir):
             try:
-                job = self.get(marker.name)
+                job = self.get(name)
             except JobNotFound:
-                self._drop_orphan_marker(marker)
+                self._drop_orphan_marker(self.open_dir / name)
                 continue
             except DelegateError:
                 continue  # not a job id, or quarantined and logged by get()
             if job.status in OPEN_JOB_STATES:
                 jobs.append(job)
             else:
-                marker.unlink(missing_ok=True)
+                (self.open_dir / name).unlink(missing_ok=True)
         jobs.sort(key=lambda j: (j.created_at, j.job_id))
         return jobs
 
@@ -215,11 +280,37 @@ class Registry:
             if not self.path_for(marker.name).exists():
                 marker.unlink(missing_ok=True)
 
+    def followed_open_jobs(self) -> builtins.list[Job]:
+        """`open_jobs()` for a caller that asks again every few seconds (the monitor): after a
+        first full read, only the records changes.log names since are read again; a log that
+        started over, and every FOLLOW_RESCAN_S (a writer that died between its record and
+        its line), read everything again."""
+        follow = self._follow
+        if follow is None or time.monotonic() - follow.since > FOLLOW_RESCAN_S:
+            follow = self._follow = _Follow.start(self.root / CHANGES_LOG)
+            follow.jobs = {j.job_id: j for j in self.open_jobs()}
+        else:
+            changed = follow.read_changes()
+            if changed is None:  # the log started over
+                self._follow = None
+                return self.followed_open_jobs()
+            for job_id in changed:
+                try:
+                    job = self.get(job_id)
+                except DelegateError:
+                    follow.jobs.pop(job_id, None)
+                    continue
+                if job.status in OPEN_JOB_STATES:
+                    follow.jobs[job_id] = job
+                else:
+                    follow.jobs.pop(job_id, None)
+        return sorted(follow.jobs.values(), key=lambda j: (j.created_at, j.job_id))
+
     def _open_locked(self) -> builtins.list[Job]:
         jobs = []
-        for marker in self.open_dir.iterdir():
+        for name in os.listdir(self.open_dir):
             try:
-                job = self._get_locked(marker.name)
+                job = self._get_locked(name)
             except DelegateError:
                 continue
             if job.status in OPEN_JOB_STATES:
@@ -359,7 +450,9 @@ class Registry:
                 raise ValueError(f"{target.value} ends the job: only Registry.record_end ends one")
             return self._move(job, target, reason)
 
-    def _move(self, job: Job, target: JobState, reason: str | None) -> Job:
+    def _move(
+        self, job: Job, target: JobState, reason: str | None, cause: dict[str, Any] | None = None
+    ) -> Job:
         """Change state under the lock, keeping the indexes true: a marker is added before the
         record says so and removed after, so a crash leaves at worst a stale marker, which the
         readers of the index drop."""
@@ -373,7 +466,7 @@ class Registry:
             job = job._replace(started_at=record_timestamp(self._now()))
         if target is JobState.PENDING:
             self._set_pending_marker(job.job_id, True)
-        job = self._save(job, previous)
+        job = self._save(job, previous, cause)
         if previous is JobState.PENDING and target is not JobState.PENDING:
             self._set_pending_marker(job.job_id, False)
         if target.terminal:
@@ -393,6 +486,7 @@ class Registry:
         reason: str | None = None,
         by_event: bool = False,
         before: Callable[[Job], None] | None = None,
+        cause: dict[str, Any] | None = None,
     ) -> tuple[Job, bool]:
         """The one terminal write: move an open job to `target` (completed, error, cancelled);
         return (job, changed). Only services/jobs/finish.py calls it (tests/test_one_ending.py).
@@ -404,7 +498,8 @@ class Registry:
         `by_event`: the job's own `completed`/`error`, which also moves its idle clock; one
         seen while the job is still queued or pending (its `started` was lost) passes through
         pending and running, so each move is legal and recorded. Otherwise a move the table
-        forbids raises IllegalTransition.
+        forbids raises IllegalTransition. `cause`: where the ending came from, for its
+        `status_changed` line (core/why).
         """
         if not target.terminal:
             raise ValueError(f"{target.value} does not end a job; use transition()")
@@ -415,15 +510,17 @@ class Registry:
             if by_event:
                 job = job._replace(last_event_at=record_timestamp(self._now()))
                 if job.status is JobState.QUEUED:
-                    job = self._move(job, JobState.PENDING, None)
+                    job = self._move(job, JobState.PENDING, None, cause)
                 if not is_legal_transition(job.status, target):
-                    job = self._move(job, JobState.RUNNING, None)
+                    job = self._move(job, JobState.RUNNING, None, cause)
             check_transition(job_id, job.status, target)
             if before is not None:
                 before(job)
-            return self._move(job, target, reason), True
+            return self._move(job, target, reason, cause), True
 
-    def apply_event(self, job_id: str, event: EventType, *, detail: str = "") -> tuple[Job, bool]:
+    def apply_event(
+        self, job_id: str, event: EventType, *, detail: str = "", actor: str = ""
+    ) -> tuple[Job, bool]:
         """Apply what a non-terminal accepted event implies; return (job, changed).
 
         `started` moves the job to running; `progress` and `permission_required` only move the
@@ -448,9 +545,12 @@ class Registry:
             if job.status is target or job.status.terminal:
                 return job, False
             job = job._replace(last_event_at=record_timestamp(self._now()))
+            cause = {"source": "agent", "event": event.value, "observed": True}
+            if actor:
+                cause["actor"] = actor
             if job.status is JobState.QUEUED:
-                job = self._move(job, JobState.PENDING, None)
-            return self._move(job, target, None), True
+                job = self._move(job, JobState.PENDING, None, cause)
+            return self._move(job, target, None, cause), True
 
     def _stale_last_event(self, job: Job) -> bool:
         if job.last_event_at is None:
@@ -494,8 +594,9 @@ class Registry:
             job = min(candidates, key=lambda j: (j.created_at, j.job_id))
             return self._move(job._replace(picked_by=agent_session), JobState.RUNNING, None)
 
-    def update(self, job_id: str, **changes: Any) -> Job:
-        """Set plain fields (session name, bus overrides); never the status or the token."""
+    def update(self, job_id: str, *, stamp: bool = True, **changes: Any) -> Job:
+        """Set plain fields (session name, bus overrides); never the status or the token.
+        `stamp=False` keeps `updated_at`: an ended job's stays the time it ended."""
         forbidden = {"status", "auth_token", "job_id", "last_seq", "created_at"} & changes.keys()
         if forbidden:
             raise ValueError(f"cannot update {', '.join(sorted(forbidden))} directly")
@@ -504,7 +605,7 @@ class Registry:
             unknown = changes.keys() - set(Job._fields)
             if unknown:
                 raise ValueError(f"job records have no field {', '.join(sorted(unknown))}")
-            return self._save(job._replace(**changes), job.status)
+            return self._save(job._replace(**changes), job.status, stamp=stamp)
 
     def admit(
         self,
@@ -527,7 +628,11 @@ class Registry:
             others = [j for j in self._open_locked() if j.job_id != job_id]
             if may_start(job, others):
                 return self._save(job, job.status)
-            return self._move(job._replace(launcher=None), JobState.QUEUED, None)
+            detail = "waits for a slot, its dependencies or its group"
+            if job.not_before:
+                detail = f"waits out its retry backoff until {local_time(job.not_before)}"
+            cause = {"source": "queue", "observed": True, "detail": detail}
+            return self._move(job._replace(launcher=None), JobState.QUEUED, None, cause)
 
     def claim_launch(
         self,
@@ -546,7 +651,44 @@ class Registry:
                 others = [j for j in self._open_locked() if j.job_id != job_id]
                 if not may_start(job, others):
                     return None
-                return self._move(job._replace(launcher=launcher), JobState.PENDING, None)
+                cause = {"source": "queue", "observed": True, "detail": "its turn came"}
+                return self._move(job._replace(launcher=launcher), JobState.PENDING, None, cause)
             if job.status is JobState.PENDING and job.launcher == expected_launcher:
                 return self._save(job._replace(launcher=launcher), job.status)
             return None
+
+
+class _Follow:
+    """Where a follower of changes.log is: the open jobs it knows, the log's file and how far
+    it has read it (whole lines only), and when it last read everything."""
+
+    def __init__(self, path: Path, inode: int, offset: int) -> None:
+        self.path, self.inode, self.offset = path, inode, offset
+        self.since = time.monotonic()
+        self.jobs: dict[str, Job] = {}
+
+    @classmethod
+    def start(cls, path: Path) -> _Follow:
+        """Begin at the log's end, before the full read: a change made meanwhile is read
+        again on the next call, never missed."""
+        try:
+            seen = os.stat(path)
+        except FileNotFoundError:
+            return cls(path, 0, 0)
+        return cls(path, seen.st_ino, seen.st_size)
+
+    def read_changes(self) -> set[str] | None:
+        """The ids written since; None when the log started over (or was replaced)."""
+        try:
+            with open(self.path, "rb") as handle:
+                seen = os.fstat(handle.fileno())
+                if self.inode and (seen.st_ino != self.inode or seen.st_size < self.offset):
+                    return None
+                handle.seek(self.offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return set() if not self.inode else None
+        self.inode = seen.st_ino
+        whole = data[: data.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        return {line.decode("ascii", "replace") for line in whole.split(b"\n") if line}

@@ -56,6 +56,7 @@ from delegate.services.jobs.register import parse_status, pick_job, register_job
 from delegate.services.logs import follow_log
 from delegate.services.ps import dependency_graph, job_timing, rows
 from delegate.services.state import State
+from delegate.services.why import explain
 from delegate.services.worktrees import chain as worktree_chain
 
 app = typer.Typer(
@@ -237,8 +238,9 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
     record["audit_log"] = str(state.audit.events_path(job_id))
     if job.follow_up_of or (job.worktree or {}).get("handed_to"):
         record["review_chain"] = worktree_chain(state, job_id)  # `delegate review`'s follow-ups
+    story = explain(state, job_id)
     if wants_json(as_json):
-        print_json(record)
+        print_json({**record, "transitions": story["transitions"], "attempts": story["attempts"]})
         return 0
 
     def value(key: str, v: Any) -> str:
@@ -254,7 +256,63 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
     print_table(
         ["FIELD", Column("VALUE", free=True)], rows, title=f"job {job_id}", empty="no record"
     )
+    if len(story["attempts"]) > 1:
+        print_table(
+            ["ATTEMPT", "JOB", "STATE", Column("REASON", free=True)],
+            [[a["label"], a["job_id"], a["status"], a["reason"] or "-"] for a in story["attempts"]],
+            title="attempts",
+            empty="none",
+        )
     return 0
+
+
+@app.command()
+def why(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
+    """Say why a job has the state it has: each change, its source, observed or inferred.
+
+    Example: delegate why 1a2b3c4d
+    """
+    story = explain(open_state(), job_id)
+    if wants_json(as_json):
+        print_json(story)
+        return 0
+    for attempt in story["attempts"] if len(story["attempts"]) > 1 else []:
+        print(f"attempt {attempt['label']} ({attempt['job_id']}): {attempt['why']}")
+    if len(story["attempts"]) <= 1:
+        print(story["why"])
+    return 0
+
+
+@app.command()
+def retry(
+    job_id: JobIdArg,
+    prompt: Annotated[
+        str | None,
+        typer.Option("--prompt", "-p", help="New instructions (default: the attempt's own)."),
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait/--no-wait", "-w", help="Follow the new attempt to its end.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> int:
+    """Start a new attempt of an ended job with the same spec (a new job id, attempt n+1).
+
+    Example: delegate retry 1a2b3c4d --prompt "try again, smaller steps"
+    """
+    # services.jobs.retry (profiles, the launcher, tmux): only `retry` loads it
+    from delegate.services.jobs.retry import follow_attempts
+    from delegate.services.jobs.retry import retry as retry_job  # as above
+    from delegate.services.jobs.submit import follow_existing  # as above
+
+    state = open_state()
+    text = prompt.encode("utf-8", "surrogateescape") if prompt is not None else None
+    result = retry_job(state, job_id, prompt=text)
+    if wait:
+        followed = follow_existing(
+            state, result.job, wait=True, emit=event_printer(as_json), note=say
+        )
+        result = follow_attempts(state, followed, emit=event_printer(as_json), note=say)
+    return print_submitted(result, as_json)
 
 
 @app.command()
@@ -456,6 +514,30 @@ def submit(
             " the same base (see `delegate compare`).",
         ),
     ] = None,
+    retries: Annotated[
+        int | None,
+        typer.Option("--retries", help="Start up to N more attempts for --retry-on endings."),
+    ] = None,
+    retry_on: Annotated[
+        str | None,
+        typer.Option(
+            "--retry-on",
+            help="Endings that retry (default error): error, agent_exited, idle_timeout,"
+            " wall_timeout, launch_failed, host_lost, lost, tmux_gone.",
+        ),
+    ] = None,
+    backoff: Annotated[
+        str | None,
+        typer.Option("--backoff", help="MIN..MAX wait before a retry, doubled each time (1s..4s)."),
+    ] = None,
+    on_interrupt: Annotated[
+        str | None,
+        typer.Option(
+            "--on-interrupt",
+            help="requeue: a job whose pane, tmux or host vanished is queued again (resuming"
+            " its conversation when recorded); fail (default).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> int:
     """Hand a task to an agent in a new tmux session and follow it.
@@ -493,6 +575,10 @@ def submit(
         base=base,
         max_cost=max_cost,
         max_tokens=max_tokens,
+        retries=retries,
+        retry_on=retry_on,
+        backoff=backoff,
+        on_interrupt=on_interrupt,
     )
     text = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=sys.stdin)
     request = SubmitRequest.from_settings(settings, text)._replace(no_mcp=no_mcp)
@@ -511,6 +597,10 @@ def submit(
         )
         return print_submitted(result, as_json)
     result = submit_job(open_state(), request, wait=waiting, emit=emit, note=say)
+    if result.outcome is not None:  # a retried attempt: follow it to the final outcome
+        from delegate.services.jobs.retry import follow_attempts  # as jobfile
+
+        result = follow_attempts(open_state(), result, emit=emit, note=say)
     if result.queue_position is not None:
         print(
             f"job {result.job.job_id} queued at position {result.queue_position}:"
@@ -609,7 +699,8 @@ def ps(
     def cells(r: Any) -> list[str]:
         said = f"{r.last_event}: {r.last_detail}" if r.last_detail else r.last_event
         times = [local_time(r.started_at), local_time(r.ended_at)] if wide else []
-        row = [r.job_id, r.job_state, r.agent, human_duration(r.duration_s), *times]
+        status = f"{r.job_state} {r.attempt}" if r.attempt else r.job_state
+        row = [r.job_id, status, r.agent, human_duration(r.duration_s), *times]
         row += [r.end_reason, r.session, *([r.session_state] if wide else [])]
         return [*row, r.tmux, said or "-"]
 
@@ -675,7 +766,7 @@ ROOT_COMMANDS: dict[str, str] = {
     **dict.fromkeys(
         ("register", "publish", "hook", "watch", "jobs", "show", "logs", "cancel", "pick"), _HERE
     ),
-    **dict.fromkeys(("submit", "ps"), _HERE),
+    **dict.fromkeys(("submit", "ps", "why", "retry"), _HERE),
     **dict.fromkeys(("diff", "merge", "review", "compare"), _WORKTREE),
     **dict.fromkeys(("attach", "send", "peek"), _SESSION),
     **dict.fromkeys(("heartbeat", "agents", "block", "unblock", "deadlocks"), _COORD),

@@ -65,6 +65,8 @@ class Profile(NamedTuple):
     channel: str = "none"  # claude-stream, codex-json: the agent's own structured output
     resume: tuple[str, ...] | None = None  # the command that continues {conversation_id}
     shell_text: bool = False  # a `--cmd`: its first word is resolved only when it is a command
+    # `requeue`: a job whose pane, tmux server or host vanished is queued again (core/retry)
+    on_interrupt: str | None = None
 
     def argv(
         self,
@@ -181,6 +183,7 @@ _PROFILE_KEYS = frozenset(
         "channel",
         "resume",
         "worktree",
+        "on_interrupt",
     }
 )
 _CHANNELS = ("none", "claude-stream", "codex-json")
@@ -213,6 +216,9 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
     if channel not in _CHANNELS:
         raise ConfigError(f"{where}: channel must be none, claude-stream or codex-json")
     resume = _resume(table.get("resume"), where)
+    on_interrupt = table.get("on_interrupt")
+    if on_interrupt is not None and on_interrupt not in ("fail", "requeue"):
+        raise ConfigError(f"{where}: on_interrupt must be fail or requeue")
     run_as = table.get("run_as")
     if run_as is not None and (not isinstance(run_as, str) or not run_as):
         raise ConfigError(f"{where}: run_as must be a user name")
@@ -229,6 +235,7 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
         run_as=run_as,
         channel=channel,
         resume=tuple(resume) if resume else None,
+        on_interrupt=on_interrupt,
     )
 
 

@@ -11,10 +11,13 @@ core's model.
 # annotation into a ForwardRef at import (milliseconds of every fast path).
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from types import MappingProxyType
 from typing import NamedTuple
 
 from delegate.core.model import Job, JobState, Session, SessionState
+from delegate.core.retry import attempt_label
+from delegate.core.timefmt import local_time, parse_iso
 
 
 class Caps(NamedTuple):
@@ -36,10 +39,12 @@ class GroupRule(NamedTuple):
 
 class Gate(NamedTuple):
     """What besides the caps decides a start: the state of each job some open job waits for
-    (`dependencies`, by id; an id absent was not found) and the groups' rules (by name)."""
+    (`dependencies`, by id, each by its latest attempt; an id absent was not found), the
+    groups' rules (by name), and the time now (a retry waits until its `not_before`)."""
 
     dependencies: Mapping[str, JobState] = MappingProxyType({})
     groups: Mapping[str, GroupRule] = MappingProxyType({})
+    now: datetime | None = None
 
 
 # `submit --after-rule`: what a dependency's ending must be for the job to start.
@@ -88,15 +93,60 @@ def occupies_slot(job: Job) -> bool:
     return job.status is JobState.RUNNING or (job.status is JobState.PENDING and bool(job.launch))
 
 
+class Slots:
+    """The slots in use, counted once: by whom (job id -> agent, and group), in all, per
+    agent and per group. Built from the open jobs and the busy sessions, so judging each of
+    10,000 queued jobs costs a few look-ups, not a walk over all the others; `take` counts a
+    job the caller just let start."""
+
+    def __init__(self, others: Sequence[Job], busy: Mapping[str, str | None] | None = None) -> None:
+        by_id = {j.job_id: j for j in others}
+        self.agents: dict[str, str | None] = {j.job_id: j.agent for j in others if occupies_slot(j)}
+        for job_id, agent in (busy or {}).items():
+            self.agents.setdefault(job_id, agent)
+        # a job only `busy` names that is not open (ended, its session not yet stopped) counts
+        # for no group
+        self.groups: dict[str, str | None] = {
+            i: (by_id[i].group if i in by_id else None) for i in self.agents
+        }
+        self.per_agent: dict[str | None, int] = {}
+        self.per_group: dict[str | None, int] = {}
+        for job_id, agent in self.agents.items():
+            self._count(agent, self.groups[job_id], 1)
+
+    def _count(self, agent: str | None, group: str | None, step: int) -> None:
+        self.per_agent[agent] = self.per_agent.get(agent, 0) + step
+        self.per_group[group] = self.per_group.get(group, 0) + step
+
+    def take(self, job: Job) -> None:
+        """`job` was let start: it holds a slot now (as pending with its spec would)."""
+        if occupies_slot(job._replace(status=JobState.PENDING)) and job.job_id not in self.agents:
+            self.agents[job.job_id], self.groups[job.job_id] = job.agent, job.group
+            self._count(job.agent, job.group, 1)
+
+    def beside(self, job: Job) -> tuple[int, int, int]:
+        """In use by jobs other than `job`: in all, by its agent, in its group."""
+        own = job.job_id in self.agents
+        mine = 1 if own else 0
+        agent_own = 1 if own and self.agents[job.job_id] == job.agent else 0
+        group_own = 1 if own and self.groups[job.job_id] == job.group else 0
+        return (
+            len(self.agents) - mine,
+            self.per_agent.get(job.agent, 0) - agent_own,
+            self.per_group.get(job.group, 0) - group_own if job.group else 0,
+        )
+
+
 def may_start(
     job: Job,
     others: Sequence[Job],
     caps: Caps,
     busy: Mapping[str, str | None] | None = None,
     gate: Gate | None = None,
+    slots: Slots | None = None,
 ) -> bool:
     """Whether `job` may start now beside `others` (the other open jobs): see `waiting_for`."""
-    return waiting_for(job, others, caps, busy, gate) is None
+    return waiting_for(job, others, caps, busy, gate, slots) is None
 
 
 def waiting_for(
@@ -105,15 +155,20 @@ def waiting_for(
     caps: Caps,
     busy: Mapping[str, str | None] | None = None,
     gate: Gate | None = None,
+    slots: Slots | None = None,
 ) -> str | None:
     """Why `job` may not start now beside `others` (the other open jobs), in words; None when
     it may.
 
     `busy` (job id -> agent) names the jobs whose session is still recorded running: a job
     that just ended holds its slot until its session is stopped, so the session history never
-    shows more sessions running than the cap allows.
+    shows more sessions running than the cap allows. `slots`: the same counted once for many
+    calls (`others` and `busy` are then not looked at).
     """
     gate = gate or Gate()
+    backoff = _backoff_left(job, gate.now)
+    if backoff is not None:
+        return backoff
     unmet = _unmet_dependencies(job, gate)
     if unmet:
         return f"waits for {', '.join(unmet)} ({job.after_rule or AFTER_RULES[0]})"
@@ -121,21 +176,15 @@ def waiting_for(
     held = _group_holds(str(job.group), rule) if rule is not None else None
     if held is not None:
         return held
-    others_by_id = {j.job_id: j for j in others}
-    active = {j.job_id: j.agent for j in others if occupies_slot(j)}
-    for job_id, agent in (busy or {}).items():
-        active.setdefault(job_id, agent)
-    active.pop(job.job_id, None)
-    if caps.total is not None and len(active) >= caps.total:
+    total, by_agent, in_group = (slots or Slots(others, busy)).beside(job)
+    if caps.total is not None and total >= caps.total:
         return f"max_running {caps.total} reached"
     agent_cap = caps.per_agent.get(job.agent or "")
-    if agent_cap is not None and sum(1 for a in active.values() if a == job.agent) >= agent_cap:
+    if agent_cap is not None and by_agent >= agent_cap:
         return f"{job.agent} runs {agent_cap} of its max_running {agent_cap}"
-    if rule is not None and rule.max_running is not None:
-        in_group = sum(1 for i in active if _group_of(i, others_by_id) == job.group)
-        if in_group >= rule.max_running:
-            return f"group {job.group} runs {in_group} of its max_running {rule.max_running}"
-    if job.max_running is not None and len(active) >= job.max_running:
+    if rule is not None and rule.max_running is not None and in_group >= rule.max_running:
+        return f"group {job.group} runs {in_group} of its max_running {rule.max_running}"
+    if job.max_running is not None and total >= job.max_running:
         return f"its --max-running {job.max_running} reached"
     return None
 
@@ -150,11 +199,14 @@ def _group_holds(group: str, rule: GroupRule) -> str | None:
     return None
 
 
-def _group_of(job_id: str, jobs: Mapping[str, Job]) -> str | None:
-    """The group of an active job; a job only `busy` names (ended, its session not yet
-    stopped) is not among the open jobs and counts for no group."""
-    found = jobs.get(job_id)
-    return found.group if found is not None else None
+def _backoff_left(job: Job, now: datetime | None) -> str | None:
+    """`retry 2/3 at 14:05:07` while a retry waits out its backoff; None once it may start (or
+    when no time was given: the caller does not judge backoffs)."""
+    eligible = parse_iso(job.not_before)
+    if eligible is None or now is None or now >= eligible:
+        return None
+    at = local_time(job.not_before, now=now)
+    return f"retry {attempt_label(job) or job.attempt or 2} at {at}"
 
 
 def busy_sessions(rows: Sequence[Session]) -> dict[str, str | None]:

@@ -170,6 +170,15 @@ class Job(NamedTuple):
     fan_out: str | None = None
     # `delegate review` of an ended job: the job this one follows up, in its worktree.
     follow_up_of: str | None = None
+    # Attempts (core/retry): which attempt this is (None: the first), the one before and after
+    # it, the earliest time a retry waiting its backoff may start, the `--retries` rule and
+    # what an interruption does (`requeue` or `fail`).
+    attempt: int | None = None
+    retry_of: str | None = None
+    retried_by: str | None = None
+    not_before: str | None = None
+    retry: dict[str, Any] | None = None
+    on_interrupt: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._asdict()

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from delegate.core.caps import (
     Caps,
     Gate,
+    Slots,
     broken_dependency,
     busy_sessions,
     dependency_failure,
@@ -608,10 +609,13 @@ def judge_open_job(job: Job, facts: Facts) -> list[Action]:
 def open_job_verdicts(facts: Facts) -> list[Action]:
     """Every open job but the queued ones, oldest first (ties by id), judged alone."""
     actions: list[Action] = []
-    for job in sorted(facts.jobs.values(), key=_by_age):
-        if not job.status.terminal and job.status is not JobState.QUEUED:
-            actions.extend(judge_open_job(job, facts))
+    judged = [j for j in facts.jobs.values() if j.status in _JUDGED]  # a queue is not sorted
+    for job in sorted(judged, key=_by_age):
+        actions.extend(judge_open_job(job, facts))
     return actions
+
+
+_JUDGED = frozenset({JobState.PENDING, JobState.RUNNING})
 
 
 # rule 4: session rows ------------------------------------------------------------------------
@@ -735,22 +739,26 @@ def queued_launches(facts: Facts, earlier: Sequence[Action] = ()) -> list[Action
     closing = {a.session for a in earlier if isinstance(a, (SetSession, KillSession))}
     busy = busy_sessions([r for r in facts.snap.sessions if r.name not in closing])
     caps = facts.settings.caps or Caps()
+    gate = facts.snap.gate
+    if gate.now is None:  # a retry waiting its backoff is judged against this pass's time
+        gate = gate._replace(now=facts.now)
     actions: list[Action] = []
-    for job in sorted(open_now, key=_by_age):
-        if job.status is not JobState.QUEUED:
-            continue
-        broken = broken_dependency(job.after, job.after_rule, facts.snap.gate)
+    slots = Slots(open_now, busy)  # counted once; each launch below takes one
+    queued = [j for j in open_now if j.status is JobState.QUEUED]
+    for job in sorted(queued, key=_by_age):
+        broken = broken_dependency(job.after, job.after_rule, gate)
         if broken is not None:  # its ender settles it at once; this pass is the safety net
-            reason = dependency_failure(broken, facts.snap.gate)
+            reason = dependency_failure(broken, gate)
             actions.append(FailJob("fail_job", job.job_id, reason, {"dependency": broken}))
             continue
-        others = [j for j in open_now if j.job_id != job.job_id]
-        if not may_start(job, others, caps, busy, facts.snap.gate):
+        if caps.total is not None and slots.beside(job)[0] >= caps.total:
+            continue  # every slot taken: no queued job starts (the rest only for the net above)
+        if not may_start(job, open_now, caps, busy, gate, slots):
             continue
         actions.append(
             LaunchJob("launch_job", job.job_id, "a slot is free", {}, expected_launcher=None)
         )
-        open_now[open_now.index(job)] = job._replace(status=JobState.PENDING)  # holds a slot now
+        slots.take(job)  # holds a slot now
     return actions
 
 

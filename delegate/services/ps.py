@@ -15,9 +15,10 @@ from typing import Any, NamedTuple
 from delegate.adapters.sessions_db import SessionInventory
 from delegate.adapters.tmux import Tmux, socket_path_for
 from delegate.config.settings import TMUX_SOCKET_ENV
-from delegate.core.caps import waiting_for
+from delegate.core.caps import Slots, waiting_for
 from delegate.core.errors import DelegateError
 from delegate.core.model import Job, JobState, Pane, Session, SessionState, TmuxView
+from delegate.core.retry import attempt_label
 from delegate.core.timefmt import parse_timestamp, record_timestamp, seconds_between
 from delegate.services.state import State
 
@@ -42,6 +43,7 @@ class Row(NamedTuple):
     last_detail: str = ""
     group: str | None = None
     waiting_for: str | None = None  # a queued job: why it has not started yet
+    attempt: str = ""  # `2/3`: which attempt of how many its --retries allow (core/retry)
 
     def to_dict(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in JSON_KEYS}
@@ -60,6 +62,7 @@ JSON_KEYS = (
     "host",
     "group",
     "waiting_for",
+    "attempt",
 )
 
 
@@ -136,10 +139,12 @@ def waiting_reasons(state: State, jobs: list[Job]) -> dict[str, str]:
 
     cap, gate, busy = caps(state), gate_for(state, queued), busy_now(state)
     open_jobs = state.registry.open_jobs()
+    slots = Slots(open_jobs, busy)  # counted once for every queued job
     reasons = {}
     for job in queued:
-        others = [j for j in open_jobs if j.job_id != job.job_id]
-        reasons[job.job_id] = waiting_for(job, others, cap, busy, gate) or "a slot is free"
+        reasons[job.job_id] = (
+            waiting_for(job, open_jobs, cap, busy, gate, slots) or "a slot is free"
+        )
     return reasons
 
 
@@ -200,6 +205,7 @@ def rows(
                 last_detail=detail,
                 group=job.group,
                 waiting_for=waiting.get(job.job_id),
+                attempt=attempt_label(job),
             )
         )
     return Listing(out, note)
@@ -220,9 +226,9 @@ def _listed_jobs(state: State, *, show_all: bool, limit: int, group: str | None)
         return [j for j in mine if not j.status.terminal] + (ended[-limit:] if limit else [])
     if show_all:
         return registry.list()
-    return registry.open_jobs() + sorted(
-        registry.recent_finished(limit), key=lambda j: (j.created_at, j.job_id)
-    )
+    # an attempt that was retried is shown by its latest attempt (`show` lists them all)
+    ended = [j for j in registry.recent_finished(limit) if not j.retried_by]
+    return registry.open_jobs() + sorted(ended, key=lambda j: (j.created_at, j.job_id))
 
 
 def _tmux_views(

@@ -42,6 +42,7 @@ from delegate.core.policy import (
     reconcile,
 )
 from delegate.core.timefmt import record_timestamp
+from delegate.core.why import inferred_reason
 from delegate.services.jobs.finish import AuditLine, end_job, event_ending
 from delegate.services.jobs.launch import (
     caps,
@@ -156,7 +157,7 @@ class Reconciler:
         this environment's). `only_job`: a supervisor's view, its own session row only.
         """
         registry = self.state.registry
-        jobs = {j.job_id: j for j in registry.open_jobs()}
+        jobs = {j.job_id: j for j in registry.followed_open_jobs()}
         # Whose launcher still runs is read before the session rows: a launcher that was gone
         # by then had written every row it would write, so a pending job with no row really
         # was never launched. (Read after, a launcher finishing in between looked like one that
@@ -213,7 +214,12 @@ class Reconciler:
             assigned_at=assigned_at,
             queued_on_host=frozenset(queued_there),
             unseen_since=inventory(self.state).unseen(),
-            gate=gate_for(self.state, [j for j in jobs.values() if j.status is JobState.QUEUED]),
+            gate=gate_for(
+                self.state,
+                [j for j in jobs.values() if j.status is JobState.QUEUED],
+                self.now(),
+                known=jobs,
+            ),
         )
         self.last_snapshot = snap
         return snap
@@ -313,9 +319,29 @@ class Reconciler:
         assert action.job_id is not None
         done = Done(action, audited=True)
         ending = end_job(
-            self.state, action.job_id, target, actor=self.actor, because=self._line(done), **how
+            self.state,
+            action.job_id,
+            target,
+            actor=self.actor,
+            because=self._line(done),
+            cause=self._cause(action),
+            **how,
         )
         return (done if ending.changed else None), ending.job
+
+    def _cause(self, action: Action) -> dict[str, Any]:
+        """Where an ending this pass decides comes from: an agent's event it received, or what
+        it saw (a dead pane, a gone server, a passed deadline) or inferred (a lost server or
+        host), with the evidence."""
+        if isinstance(action, ApplyEvent):
+            told = {"source": "agent", "event": action.event, "observed": True}
+            return {**told, "detail": action.detail} if action.detail else told
+        return {
+            "source": self.actor,
+            "rule": action.kind,
+            "evidence": dict(action.evidence),
+            "observed": not inferred_reason(action.reason),
+        }
 
     def _audit(self, done: Done, *, kind: str = RECONCILED) -> None:
         job_id = done.action.job_id

@@ -23,7 +23,7 @@ from delegate.adapters.tmux import Tmux, alive, processes_of_job, validate_sessi
 from delegate.config.profiles import config_path, profiles, read_config
 from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import Job, JobState, Session, SessionState
-from delegate.services.jobs.finish import SessionMove, end_job
+from delegate.services.jobs.finish import SessionMove, end_job, operator_cause
 from delegate.services.jobs.launch import inventory, tmux_for
 from delegate.services.jobs.submit import SubmitRequest, submit
 from delegate.services.state import State
@@ -204,6 +204,7 @@ def stop(
             reason=f"session stopped ({mode})",
             actor="session stop",
             session=moved if mode != "hard" else None,
+            cause=operator_cause(f"session stop --mode {mode}"),
         )
         job, settled = ending.job, ending.changed
     if mode != "hard" and not settled:  # no job, or it ended otherwise: the session still stops

@@ -14,6 +14,9 @@ from delegate.config.layout import Layout, bus_url, state_home
 from delegate.config.settings import BUS_ENV, settings
 from delegate.core.errors import DelegateError
 from delegate.core.model import Job, JobState
+from delegate.core.retry import effective_state
+
+MAX_ATTEMPT_CHAIN = 100  # attempts followed from a job to its latest (a loop never hangs)
 
 
 def strip_credentials(url: str) -> str:
@@ -68,15 +71,52 @@ class State:
         registry = Registry(layout.jobs, on_change=audit.record_change)
         return cls(layout=layout, registry=registry, audit=audit, env=env)
 
-    def job_states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
-        """The state of each of `job_ids` that exists (and reads); the others are left out."""
+    def job_states(
+        self, job_ids: Iterable[str], known: Mapping[str, Job] | None = None
+    ) -> dict[str, JobState]:
+        """The state of each of `job_ids` that exists (and reads), by its latest attempt (an
+        attempt whose retry is due counts as queued); the others are left out. `known`: open
+        jobs just read (an open job is its own latest attempt), not read again."""
         states: dict[str, JobState] = {}
         for job_id in job_ids:
+            seen = known.get(job_id) if known is not None else None
+            if seen is not None and not seen.status.terminal:
+                states[job_id] = seen.status
+                continue
             try:
-                states[job_id] = self.registry.get(job_id).status
+                states[job_id] = effective_state(self.latest_attempt(self.registry.get(job_id)))
             except DelegateError:
                 continue
         return states
+
+    def latest_attempt(self, job: Job) -> Job:
+        """`job`, or the last of the attempts that followed it (`retried_by`)."""
+        for _ in range(MAX_ATTEMPT_CHAIN):
+            if not job.retried_by:
+                break
+            try:
+                job = self.registry.get(job.retried_by)
+            except DelegateError:
+                break
+        return job
+
+    def attempts(self, job: Job) -> list[Job]:
+        """Every attempt of `job`'s chain, first to last."""
+        first = job
+        for _ in range(MAX_ATTEMPT_CHAIN):
+            if not first.retry_of:
+                break
+            try:
+                first = self.registry.get(first.retry_of)
+            except DelegateError:
+                break
+        chain = [first]
+        while chain[-1].retried_by and len(chain) < MAX_ATTEMPT_CHAIN:
+            try:
+                chain.append(self.registry.get(chain[-1].retried_by))
+            except DelegateError:
+                break
+        return chain
 
     def default_bus_url(self, explicit: str | None = None) -> str:
         return bus_url(self.layout, self.env, explicit)

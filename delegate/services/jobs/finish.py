@@ -22,13 +22,21 @@ event it receives, a terminal one included, before its reconcile pass ends the j
 # No `from __future__ import annotations`: typing.NamedTuple would compile each string
 # annotation into a ForwardRef at import (milliseconds of every fast path).
 
+import os
+import pwd
 from typing import Any, NamedTuple
 
 from delegate.adapters.groups import GroupBook
+from delegate.config.logsetup import get_logger
 from delegate.core.budget import BUDGET_EXCEEDED
 from delegate.core.caps import DEPENDENCY_FAILED, Gate, broken_dependency, dependency_failure
+from delegate.core.errors import DelegateError
 from delegate.core.model import EventType, Job, JobState, SessionState
+from delegate.core.retry import next_attempt
 from delegate.services.state import State
+
+log = get_logger(__name__)
+RETRY_FAILED = "retry_failed"  # the audit kind: a due next attempt could not be made
 
 
 class Ending(NamedTuple):
@@ -54,6 +62,15 @@ class SessionMove(NamedTuple):
     strict: bool = False  # a person asked for it: an impossible move raises SessionError
 
 
+def operator_cause(command: str) -> dict[str, Any]:
+    """The cause of a change a person asked for: the command and the user who ran it."""
+    try:
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        user = f"uid {os.getuid()}"
+    return {"source": "operator", "command": command, "user": user, "observed": True}
+
+
 def event_ending(event: EventType, detail: str = "") -> tuple[JobState, str | None]:
     """The terminal state and reason the job's own terminal `event` means."""
     if event is EventType.COMPLETED:
@@ -76,6 +93,7 @@ def end_job(
     actor: str = "",
     because: AuditLine | None = None,
     session: SessionMove | None = None,
+    cause: dict[str, Any] | None = None,
 ) -> Ending:
     """End job `job_id` in `target`; return the job and whether this call ended it.
 
@@ -85,6 +103,11 @@ def end_job(
     the job; `actor` names the caller in the notification's audit line. `by_event`: the job's
     own terminal event (see `Registry.record_end`). A move the state table forbids raises
     IllegalTransition; JobNotFound when there is no such job.
+
+    `cause`: where the ending came from and whether it was observed or inferred, kept on the
+    `status_changed` line (`delegate why`). The one caller whose ending landed then makes the
+    next attempt, when the job's retry rule or `on_interrupt` asks for one, and settles the
+    jobs that wait for it.
     """
     registry = state.registry
     job = registry.get(job_id)
@@ -104,10 +127,19 @@ def end_job(
         if because is not None:
             state.audit.append(job_id, because.kind, **because.fields)
 
+    told: dict[str, Any] = {"actor": actor} if actor else {}
+    if by_event:
+        told.update(source="agent", observed=True)
     job, changed = registry.record_end(
-        job_id, target, reason=reason, by_event=by_event, before=write_reason
+        job_id,
+        target,
+        reason=reason,
+        by_event=by_event,
+        before=write_reason,
+        cause={**told, **(cause or {})},
     )
     if changed:
+        follow_up(state, job)
         settle_dependents(state, job)
         if job.group and job.cost_usd:  # a group's daily budget counts what its jobs cost
             GroupBook(state.layout.groups_book).add_spending(job.group, job.cost_usd)
@@ -120,14 +152,33 @@ def end_job(
     return Ending(job, changed)
 
 
+def follow_up(state: State, ended: Job) -> None:
+    """Queue the next attempt of `ended` when its rule asks for one. Called only by the caller
+    whose ending landed, and the attempt's idempotency key (`retry-of-<id>`) makes a second
+    try (a crash in between) find the first: one attempt per ended attempt."""
+    if next_attempt(ended) is None:
+        return
+    # deferred: services.jobs.retry submits the attempt through submit and launch, which import
+    # this module (a cycle), and only a retried ending needs them
+    from delegate.services.jobs.retry import schedule_next_attempt
+
+    try:
+        schedule_next_attempt(state, ended)
+    except DelegateError as exc:
+        log.warning("job %s: its next attempt could not be made: %s", ended.job_id, exc)
+        state.audit.append(ended.job_id, RETRY_FAILED, reason=str(exc))
+
+
 def settle_dependents(state: State, ended: Job) -> None:
-    """End at once every queued job waiting for `ended` whose rule it can no longer satisfy
-    (`dependency_failed`, naming that dependency); ending one settles its own dependents in
-    turn, so a failure travels down the whole graph in one go."""
+    """End at once every queued job waiting for `ended` (or an earlier attempt of it) whose
+    rule it can no longer satisfy (`dependency_failed`, naming that dependency); ending one
+    settles its own dependents in turn, so a failure travels down the whole graph in one go.
+    An attempt that will be retried satisfies no rule and breaks none: they wait on."""
+    chain = {j.job_id for j in state.attempts(ended)} if ended.retry_of else {ended.job_id}
     waiting = [
         j
         for j in state.registry.open_jobs()
-        if j.status is JobState.QUEUED and ended.job_id in (j.after or ())
+        if j.status is JobState.QUEUED and chain & set(j.after or ())
     ]
     for job in waiting:
         gate = Gate(state.job_states(job.after or ()))
@@ -142,6 +193,7 @@ def settle_dependents(state: State, ended: Job) -> None:
             reason=reason,
             actor="dependency",
             because=AuditLine(DEPENDENCY_FAILED, {"dependency": broken, "reason": reason}),
+            cause={"source": "rule", "rule": "after", "dependency": broken, "observed": True},
         )
 
 
@@ -157,6 +209,9 @@ def end_by_event(
 ) -> Ending:
     """End a job with its own terminal event (`completed`, `error`)."""
     target, reason = event_ending(event, detail)
+    told: dict[str, Any] = {"source": "agent", "event": event.value, "observed": True}
+    if detail:
+        told["detail"] = detail
     return end_job(
         state,
         job_id,
@@ -166,4 +221,5 @@ def end_by_event(
         envelope=envelope,
         actor=actor,
         because=because,
+        cause=told,
     )

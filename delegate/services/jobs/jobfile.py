@@ -24,6 +24,9 @@ _TEXT = (
     "group",
     "branch",
     "base",
+    "retry_on",
+    "backoff",
+    "on_interrupt",
 )
 
 
@@ -82,6 +85,7 @@ def _is_ids(value: Any) -> bool:
 # The other checked fields: a test of the value, and what the error says it must be.
 _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_running": (_is_positive_int, "must be a positive integer"),
+    "retries": (lambda v: _is_positive_int(v) or v == 0, "must be 0 or more"),
     "wait": (lambda value: isinstance(value, bool), "must be true or false"),
     "worktree": (lambda value: isinstance(value, bool), "must be true or false"),
     "after": (_is_ids, "must be a job id or a list of them"),

@@ -11,6 +11,7 @@ import select
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +41,21 @@ def caps(state: State) -> Caps:
     return max_running_caps(read_config(state.layout.home, state.env).tables)
 
 
-def gate_for(state: State, jobs: Iterable[Job]) -> Gate:
+def gate_for(
+    state: State,
+    jobs: Iterable[Job],
+    now: datetime | None = None,
+    known: Mapping[str, Job] | None = None,
+) -> Gate:
     """What decides the start of `jobs` besides the caps: the states of the jobs they wait for
-    and the queue groups' rules."""
+    (by their latest attempts; `known`: open jobs just read), the queue groups' rules and the
+    time (retry backoffs)."""
+    jobs = list(jobs)
     # a dependency not found (or unreadable) is left out: one that can never succeed
-    dependencies = state.job_states({dep for job in jobs for dep in job.after or ()})
+    wanted = {dep for job in jobs for dep in job.after or ()}
+    dependencies = state.job_states(wanted, known)
     groups = GroupBook(state.layout.groups_book).rules() if any(j.group for j in jobs) else {}
-    return Gate(dependencies, groups)
+    return Gate(dependencies, groups, now or datetime.now(UTC))
 
 
 def busy_now(state: State) -> dict[str, str | None]:
@@ -178,7 +187,9 @@ def claim_and_launch(
             return job
         started = launch_in_tmux(state, job, tmux_for(state, job))
     except DelegateError as exc:
-        end_job(state, job_id, JobState.ERROR, reason=f"never_launched: {exc}", actor="launch")
+        cause = {"source": "launcher", "observed": True, "error": str(exc)}
+        reason = f"never_launched: {exc}"
+        end_job(state, job_id, JobState.ERROR, reason=reason, actor="launch", cause=cause)
         raise
     return job if started else None
 

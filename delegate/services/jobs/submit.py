@@ -37,9 +37,10 @@ from delegate.core.errors import (
 )
 from delegate.core.model import Job, JobState, SessionState, validate_job_id
 from delegate.core.policy import SESSION_PREFIX
+from delegate.core.retry import check_on_interrupt, retry_rule
 from delegate.services import worktrees
 from delegate.services.jobs import agent_env, mcp_config
-from delegate.services.jobs.finish import end_job
+from delegate.services.jobs.finish import end_job, operator_cause
 from delegate.services.jobs.launch import (
     caps,
     check_session_free,
@@ -77,6 +78,13 @@ class SubmitRequest(NamedTuple):
     group: str | None = None
     # `session resume`: continue this conversation with the profile's `resume` command
     conversation_id: str | None = None
+    # `--retries/--retry-on/--backoff` (core/retry.RetryRule.to_dict), `--on-interrupt`; and
+    # for a new attempt (services/jobs/retry): its number, the previous one, when it is due
+    retry: dict[str, Any] | None = None
+    on_interrupt: str | None = None
+    attempt: int | None = None
+    retry_of: str | None = None
+    not_before: str | None = None
     # an agent host launching an assignment: the delegator's job id, the token from the host key
     job_id: str | None = None
     token_for: Callable[[str], str] | None = None
@@ -117,6 +125,8 @@ class SubmitRequest(NamedTuple):
             worktree=settings.get("worktree"),
             branch=settings.get("branch"),
             base=settings.get("base"),
+            retry=_retry_settings(settings),
+            on_interrupt=check_on_interrupt(settings.get("on_interrupt")),
         )
 
 
@@ -126,6 +136,23 @@ class SubmitResult(NamedTuple):
     outcome: WatchOutcome | None = None
     queue_position: int | None = None
     waiting_for: str | None = None  # a queued job: why it has not started
+
+
+def _retry_settings(settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`--retries N --retry-on REASONS --backoff MIN..MAX`, checked, as the record keeps it."""
+    rule = retry_rule(settings.get("retries"), settings.get("retry_on"), settings.get("backoff"))
+    return rule.to_dict() if rule is not None else None
+
+
+def attempt_fields(request: SubmitRequest, profile_on_interrupt: str | None) -> dict[str, Any]:
+    """The record's attempt fields a request sets (its rule, and for a new attempt its place)."""
+    return {
+        "retry": request.retry,
+        "on_interrupt": request.on_interrupt or profile_on_interrupt,
+        "attempt": request.attempt,
+        "retry_of": request.retry_of,
+        "not_before": request.not_before,
+    }
 
 
 def _check_max_running(request: SubmitRequest) -> None:
@@ -301,7 +328,7 @@ def submit(
         parent=request.parent,
     )
     if not created:  # the same idempotency key: never launch twice
-        return _follow_existing(state, job, wait=wait, emit=emit, note=note)
+        return follow_existing(state, job, wait=wait, emit=emit, note=note)
     session = request.session or f"{SESSION_PREFIX}{job.job_id}"
     try:
         if request.session is not None:
@@ -363,9 +390,8 @@ def submit_remote(
         launcher=this_launcher(),  # until the assignment is sent, a crash here is noticed
     )
     if not created:
-        return _follow_existing(state, job, wait=wait, emit=emit, note=note)
-    if notify is not None:
-        job = state.registry.update(job.job_id, notify=notify)
+        return follow_existing(state, job, wait=wait, emit=emit, note=note)
+    job = state.registry.update(job.job_id, notify=notify, **attempt_fields(request, None))
     save_assignment(state, job, request.prompt, request)
     return _follow_and_start(
         state,
@@ -448,6 +474,7 @@ def _admit(
         after_rule=request.after_rule if request.after else None,
         group=request.group,
         **_budget(state, profile.name, request),
+        **attempt_fields(request, profile.on_interrupt),
     )
     agent_env.save(state, job.job_id, env)
     return state.registry.admit(
@@ -484,7 +511,8 @@ def _end_unstarted(state: State, job_id: str, failure: str, exc: BaseException) 
     """End a job that could not be started with `failure` and the cause's message; a
     DelegateError cause is raised again as a StartFailed that says the job has ended."""
     reason = f"{failure}: {exc}" if isinstance(exc, DelegateError) else failure
-    end_job(state, job_id, JobState.ERROR, reason=reason, actor="submit")
+    cause = {"source": "launcher", "observed": True, "error": str(exc)}
+    end_job(state, job_id, JobState.ERROR, reason=reason, actor="submit", cause=cause)
     if isinstance(exc, DelegateError) and not isinstance(exc, StartFailed):
         raise StartFailed(job_id, failure, exc) from exc
 
@@ -533,7 +561,7 @@ def _wait_for(state: State, watcher: Watcher) -> WatchOutcome:
         raise WaitInterrupted(watcher.job_id) from None
 
 
-def _follow_existing(
+def follow_existing(
     state: State,
     job: Job,
     *,
@@ -576,7 +604,9 @@ def cancel(state: State, job_id: str, *, tmux: Tmux | None = None) -> CancelResu
     The session lives on the job's recorded tmux server. When tmux cannot be reached there, the
     job is still cancelled, but the session is not claimed terminated: the note says so.
     """
-    ending = end_job(state, job_id, JobState.CANCELLED, actor="cancel")
+    ending = end_job(
+        state, job_id, JobState.CANCELLED, actor="cancel", cause=operator_cause("cancel")
+    )
     job = ending.job
     if not ending.changed:  # it had ended: a cancel cannot undo how
         raise IllegalTransition(job_id, job.status.value, JobState.CANCELLED.value)

@@ -1,0 +1,188 @@
+"""New attempts of a job: `delegate retry JOB`, the automatic retry its rule asks for, and the
+requeue of interrupted work (core/retry decides which; this makes it).
+
+An attempt is a new job with the same spec (profile, workdir, timeouts, bus, caps, group,
+dependencies, retry rule), `attempt` one more and `retry_of` the previous attempt, which gets
+`retried_by`. It is submitted like any job (its own supervisor, its place in the queue), under
+the idempotency key `retry-of-<previous id>`: however many callers try, one attempt follows
+each ended attempt. Its prompt is the one the previous attempt was given, read back from
+`logs/<job>/prompt` with the toolkit's preamble taken off (the preamble is added again for the
+new attempt); `--prompt` replaces it; a requeue that resumes a conversation says
+"Continue where you left off." as `session resume` does.
+"""
+
+from __future__ import annotations
+
+import random
+import shlex
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from delegate.adapters.tmux import Tmux
+from delegate.config.profiles import profiles, read_config
+from delegate.core.errors import UsageError
+from delegate.core.model import Job
+from delegate.core.policy import SESSION_PREFIX
+from delegate.core.retry import RETRY_KEY_PREFIX, attempt_label, next_attempt
+from delegate.core.timefmt import record_timestamp
+from delegate.services.jobs.submit import (
+    SubmitRequest,
+    SubmitResult,
+    follow_existing,
+    preamble,
+    submit,
+    submit_remote,
+)
+from delegate.services.state import State
+
+RETRIED = "retried"  # the audit kind on the previous attempt: which attempt follows it
+CONTINUE_PROMPT = b"Continue where you left off.\n"
+ATTEMPT_APPEAR_S = 10.0  # how long `submit --wait` waits for a due attempt to be recorded
+
+
+def given_prompt(state: State, job: Job) -> bytes:
+    """The prompt the person gave `job`: what its agent got, without the toolkit's preamble."""
+    try:
+        data = (state.audit.job_dir(job.job_id) / "prompt").read_bytes()
+    except OSError as exc:
+        raise UsageError(f"job {job.job_id}: its prompt cannot be read ({exc.strerror})") from None
+    lead = preamble().encode("utf-8") + b"\n---\n\n"
+    return data[len(lead) :] if data.startswith(lead) else data
+
+
+def _agent_or_cmd(state: State, job: Job) -> tuple[str | None, str | None]:
+    """How the job named its agent: a profile still configured, or its `--cmd` text."""
+    source, config = read_config(state.layout.home, state.env)
+    if job.agent in profiles(config, source):
+        return job.agent, None
+    argv = list(job.launch.get("argv") or [])
+    if job.agent == "cmd" and len(argv) == 3:
+        return None, argv[2]
+    raise UsageError(f"job {job.job_id}: its agent profile {job.agent!r} is gone")
+
+
+def attempt_request(
+    state: State,
+    job: Job,
+    prompt: bytes,
+    *,
+    conversation_id: str | None = None,
+    not_before: str | None = None,
+) -> SubmitRequest:
+    """The request of the attempt after `job`: its spec, one attempt more."""
+    agent, cmd = _agent_or_cmd(state, job)
+    own_session = job.session and job.session != f"{SESSION_PREFIX}{job.job_id}"
+    return SubmitRequest(
+        prompt=prompt,
+        agent=agent,
+        cmd=cmd,
+        workdir=Path(job.workdir or "."),
+        session=job.session if own_session else None,
+        wall_timeout_s=job.wall_timeout_s,
+        idle_timeout_s=job.idle_timeout_s,
+        bus_url=job.bus.get("url"),
+        idempotency_key=f"{RETRY_KEY_PREFIX}{job.job_id}",
+        max_running=job.max_running,
+        on_event=shlex.join(job.notify) if job.notify else None,
+        after=tuple(job.after or ()),
+        after_rule=job.after_rule,
+        group=job.group,
+        conversation_id=conversation_id,
+        retry=job.retry,
+        on_interrupt=job.on_interrupt,
+        attempt=(job.attempt or 1) + 1,
+        retry_of=job.job_id,
+        not_before=not_before,
+    )
+
+
+def _submit_attempt(state: State, job: Job, request: SubmitRequest, how: str) -> SubmitResult:
+    tmux = Tmux(job.tmux_socket, state.env) if job.tmux_socket else None
+    if job.host:
+        result = submit_remote(state, request, job.host, wait=False)
+    else:
+        result = submit(state, request, wait=False, tmux=tmux)
+    if result.created or not state.registry.get(job.job_id).retried_by:
+        # (not created: a caller that died after registering the attempt left it unlinked)
+        state.registry.update(job.job_id, stamp=False, retried_by=result.job.job_id)
+    if result.created:
+        state.audit.append(
+            job.job_id,
+            RETRIED,
+            attempt=result.job.job_id,
+            how=how,
+            not_before=request.not_before,
+            conversation_id=request.conversation_id,
+        )
+    return result
+
+
+def schedule_next_attempt(state: State, ended: Job, *, rand: float | None = None) -> Job | None:
+    """Queue the attempt `ended`'s rule asks for (end_job calls this once, for the caller whose
+    ending landed); None when it asks for none."""
+    chance = random.random() if rand is None else rand  # noqa: S311 - jitter, not a secret
+    nxt = next_attempt(ended, chance)
+    if nxt is None:
+        return None
+    conversation = ended.conversation_id if nxt.resume else None
+    try:
+        prompt = CONTINUE_PROMPT if conversation else given_prompt(state, ended)
+    except UsageError:
+        if not ended.conversation_id:
+            raise
+        prompt, conversation = CONTINUE_PROMPT, ended.conversation_id
+    eligible = None
+    if nxt.delay_s > 0:
+        eligible = record_timestamp(datetime.now(UTC) + timedelta(seconds=nxt.delay_s))
+    request = attempt_request(
+        state, ended, prompt, conversation_id=conversation, not_before=eligible
+    )
+    how = f"{nxt.kind} after {ended.error}"
+    if conversation:
+        how += f", resuming conversation {conversation}"
+    return _submit_attempt(state, ended, request, how).job
+
+
+def retry(state: State, job_id: str, *, prompt: bytes | None = None) -> SubmitResult:
+    """`delegate retry JOB [--prompt TEXT]`: a new attempt of an ended job, started now."""
+    job = state.registry.get(job_id)
+    if not job.status.terminal:
+        raise UsageError(f"job {job_id} is {job.status.value}: only an ended job is retried")
+    if job.retried_by:
+        latest = state.latest_attempt(job)
+        raise UsageError(
+            f"job {job_id} was retried already as {job.retried_by}"
+            f" (latest attempt {latest.job_id}, {latest.status.value}): retry that one"
+        )
+    text = prompt if prompt is not None else given_prompt(state, job)
+    return _submit_attempt(state, job, attempt_request(state, job, text), "retried by hand")
+
+
+def follow_attempts(
+    state: State,
+    result: SubmitResult,
+    *,
+    emit: Callable[[dict[str, Any]], None],
+    note: Callable[[str], None],
+    appear_s: float = ATTEMPT_APPEAR_S,
+) -> SubmitResult:
+    """`submit --wait` past a retry: while the attempt it followed ended and another follows
+    (or is due), follow that one, so the outcome is the final attempt's."""
+    while result.outcome is not None:
+        job = state.registry.get(result.job.job_id)
+        if next_attempt(job) is None and not job.retried_by:
+            return result
+        deadline = time.monotonic() + appear_s
+        while not job.retried_by and time.monotonic() < deadline:
+            time.sleep(0.1)  # its ender is making the attempt (a registry write away)
+            job = state.registry.get(job.job_id)
+        if not job.retried_by:
+            return result
+        following = state.registry.get(job.retried_by)
+        label = attempt_label(following)
+        note(f"job {job.job_id} {job.error}: attempt {label} is {following.job_id}")
+        result = follow_existing(state, following, wait=True, emit=emit, note=note)
+    return result
