@@ -166,7 +166,7 @@ def test_a_forged_decision_is_refused_and_audited(home: Path, tmux_env, tmp_path
     )
     (folder / f"{asked['request_id']}.decision.json").write_text(json.dumps(forged))
     state = open_state(home)
-    refused = retry_until(lambda: state.audit.read_events(job, kind="approval_refused"))
+    refused = retry_until(lambda: state.audit.read_events(job, kind="approval_refused"), timeout=30)
     assert refused[0]["reason"] == "bad_signature"
     assert _waiting(home, tmux_env, job)  # still waiting for a real decision
     assert run_cli(home, "approve", job, "--deny", env=tmux_env).returncode == 0
