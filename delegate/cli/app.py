@@ -344,8 +344,10 @@ def logs(
             entry = parse_line(line)
             text = audit_line(entry, width=width) if entry else line.decode("utf-8", "replace")
             sys.stdout.write(text.rstrip("\n") + "\n")
-        else:
-            sys.stdout.buffer.write(line)
+        elif hasattr(sys.stdout, "buffer"):
+            sys.stdout.buffer.write(line)  # the audit log's own bytes, as they are on disk
+        else:  # a text-only stdout (an embedding program's): the same bytes, decoded
+            sys.stdout.write(line.decode("utf-8", "replace"))
         sys.stdout.flush()
 
     follow_log(open_state(), job_id, emit, follow=follow, raw=raw)
