@@ -20,6 +20,7 @@ from typing import Any
 
 from delegate.core.budget import Budget, Price
 from delegate.core.errors import ConfigError
+from delegate.core.retry import RATE_LIMIT_MAX_WAIT_S
 
 
 def _number(value: object, where: str, key: str) -> float | None:
@@ -74,3 +75,15 @@ def prices(config: Mapping[str, Any], source: Path) -> dict[str, Price]:
             _number(entry.get("output"), where, "output") or 0.0,
         )
     return found
+
+
+def rate_limit_max_wait(config: Mapping[str, Any], source: Path) -> float:
+    """`[rate_limit] max_wait` (seconds): a rate-limited attempt resumes only when its limit
+    resets within this; default 6 hours."""
+    table = config.get("rate_limit", {})
+    if not isinstance(table, dict) or table.keys() - {"max_wait"}:
+        raise ConfigError(f"{source} [rate_limit] takes max_wait (seconds)")
+    value = table.get("max_wait", RATE_LIMIT_MAX_WAIT_S)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"{source} [rate_limit]: max_wait must be a positive number of seconds")
+    return float(value)

@@ -108,6 +108,9 @@ class ClaudeStream(_LineParser):
             failed = bool(message.get("is_error")) or str(subtype or "").startswith("error")
             text = message.get("result")
             detail = str(text)[:200] if isinstance(text, str) and text else str(subtype or "")
+            limited = usage_limit(text) if failed and isinstance(text, str) else None
+            if limited is not None:
+                return [ChannelEvent("error", limited, data)]
             return [ChannelEvent("error" if failed else "completed", detail, data)]
         return []
 
@@ -139,6 +142,20 @@ class CodexJson(_LineParser):
             return []  # failed already, or it never spoke: the exit status says the rest
         self.ended = True
         return [ChannelEvent("completed", "the codex stream ended", {})]
+
+
+def usage_limit(text: str) -> str | None:
+    """`rate_limited: resets at ...` when an agent's final word says it hit its usage or rate
+    limit (Claude Code: `Claude AI usage limit reached|<epoch of the reset>`), else None."""
+    lowered = text.lower()
+    if "usage limit" not in lowered and "rate limit" not in lowered:
+        return None
+    _, bar, after = text.partition("|")
+    reset = after.strip().split()[0] if bar and after.strip() else ""
+    # core.retry (re, datetime): only for an agent out of its limit
+    from delegate.core.retry import rate_limit_reason
+
+    return rate_limit_reason(float(reset) if reset.isdigit() else None)
 
 
 def parser_for(channel: str | None) -> ClaudeStream | CodexJson | None:

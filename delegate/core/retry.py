@@ -14,11 +14,14 @@ recorded; such requeues do not use up `--retries` but are bounded by `MAX_REQUEU
 # annotation into a ForwardRef at import (milliseconds of every fast path).
 
 import re
+import time
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from delegate.core.errors import UsageError
 from delegate.core.model import Job, JobState
+from delegate.core.timefmt import parse_iso
 
 # `--retry-on` names -> the end-reason codes (the text before `:` in a record's `error`).
 RETRY_ON: dict[str, tuple[str, ...]] = {
@@ -38,6 +41,13 @@ ON_INTERRUPT = ("fail", "requeue")
 MAX_REQUEUES = 3  # interruptions picked up again per job, beyond its --retries
 JITTER = 0.25  # a delay is shortened by up to this share, so retries of many jobs spread out
 RETRY_KEY_PREFIX = "retry-of-"  # the idempotency key of the attempt after job X
+# An agent out of its usage or rate limit: `rate_limited: resets at 2026-11-26T01:00:03Z` (or
+# `rate_limited: no reset time`); the attempt after it resumes the conversation at the reset.
+RATE_LIMITED = "rate_limited"
+RATE_LIMIT_MAX_WAIT_S = 6 * 3600.0  # `[rate_limit] max_wait`: a later reset is not waited for
+MAX_RATE_LIMIT_RESUMES = 10  # rate-limited attempts picked up again per job, beyond --retries
+RATE_LIMIT_BACKOFF = (60.0, 3600.0)  # no reset time given: exponential backoff between these
+RATE_LIMIT_JITTER_S = 5.0  # a resume waits up to this much past the reset, so many spread out
 
 
 class RetryRule(NamedTuple):
@@ -144,14 +154,44 @@ def backoff_s(attempt: int, low: float, high: float, rand: float) -> float:
     return float(base * (1.0 - JITTER * rand))
 
 
-def next_attempt(job: Job, rand: float = 0.0) -> NextAttempt | None:
+def rate_limit_reason(reset_epoch: float | None) -> str:
+    """The end reason of an attempt that hit its agent's usage or rate limit."""
+    if reset_epoch is None:
+        return f"{RATE_LIMITED}: no reset time"
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(reset_epoch))
+    return f"{RATE_LIMITED}: resets at {stamp}"
+
+
+def _rate_limit_wait(
+    job: Job, rand: float, now: datetime | None, max_wait_s: float
+) -> float | None:
+    """Seconds until the rate-limited `job` may resume: its reset (plus jitter), else a
+    backoff; None when the reset is further off than `max_wait_s`."""
+    reset = parse_iso((job.error or "").partition(" resets at ")[2].strip() or None)
+    if reset is None or now is None:
+        return backoff_s(job.attempt or 1, *RATE_LIMIT_BACKOFF, rand) if reset is None else 0.0
+    wait = max(0.0, (reset - now).total_seconds()) + RATE_LIMIT_JITTER_S * rand
+    return wait if wait <= max_wait_s else None
+
+
+def next_attempt(
+    job: Job,
+    rand: float = 0.0,
+    *,
+    now: datetime | None = None,
+    max_wait_s: float = RATE_LIMIT_MAX_WAIT_S,
+) -> NextAttempt | None:
     """What follows `job` (ended): None when nothing does (completed, cancelled, a reason not
-    listed, attempts used up, or a next attempt exists already)."""
+    listed, attempts used up, a rate limit resetting later than `max_wait_s`, or a next attempt
+    exists already). `now` times a rate-limited resume (without it, its delay is 0)."""
     if job.status is not JobState.ERROR or job.retried_by:
         return None
     attempt = job.attempt or 1
     rule = RetryRule.of(job)
     code = reason_code(job.error)
+    if code == RATE_LIMITED and attempt <= rule.retries + MAX_RATE_LIMIT_RESUMES:
+        wait = _rate_limit_wait(job, rand, now, max_wait_s)
+        return None if wait is None else NextAttempt("resume", wait, bool(job.conversation_id))
     requeue = interrupted(job.error) and job.on_interrupt == "requeue"
     if requeue and attempt <= rule.retries + MAX_REQUEUES:
         return NextAttempt("requeue", 0.0, bool(job.conversation_id))

@@ -32,7 +32,7 @@ from delegate.core.budget import BUDGET_EXCEEDED
 from delegate.core.caps import DEPENDENCY_FAILED, Gate, broken_dependency, dependency_failure
 from delegate.core.errors import DelegateError
 from delegate.core.model import EventType, Job, JobState, SessionState
-from delegate.core.retry import next_attempt
+from delegate.core.retry import RATE_LIMITED, next_attempt
 from delegate.services.state import State
 
 log = get_logger(__name__)
@@ -76,8 +76,8 @@ def event_ending(event: EventType, detail: str = "") -> tuple[JobState, str | No
     if event is EventType.COMPLETED:
         return JobState.COMPLETED, None
     if event is EventType.ERROR:
-        if detail.startswith(f"{BUDGET_EXCEEDED}:"):  # the wrapper stopped it: its own reason
-            return JobState.ERROR, detail
+        if detail.startswith((f"{BUDGET_EXCEEDED}:", f"{RATE_LIMITED}:")):
+            return JobState.ERROR, detail  # what the wrapper saw (its channel): its own reason
         return JobState.ERROR, f"agent_error: {detail}" if detail else "agent_error"
     raise ValueError(f"{event.value} does not end a job")
 

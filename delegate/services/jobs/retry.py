@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from delegate.adapters.tmux import Tmux
+from delegate.config.budget import rate_limit_max_wait
 from delegate.config.profiles import profiles, read_config
 from delegate.core.errors import UsageError
 from delegate.core.model import Job
@@ -124,7 +125,9 @@ def schedule_next_attempt(state: State, ended: Job, *, rand: float | None = None
     """Queue the attempt `ended`'s rule asks for (end_job calls this once, for the caller whose
     ending landed); None when it asks for none."""
     chance = random.random() if rand is None else rand  # noqa: S311 - jitter, not a secret
-    nxt = next_attempt(ended, chance)
+    config = read_config(state.layout.home, state.env)
+    max_wait = rate_limit_max_wait(config.tables, config.path)
+    nxt = next_attempt(ended, chance, now=datetime.now(UTC), max_wait_s=max_wait)
     if nxt is None:
         return None
     conversation = ended.conversation_id if nxt.resume else None

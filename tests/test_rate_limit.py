@@ -1,0 +1,77 @@
+"""Rate limits (issue 22, item 3): an agent that reports its usage limit with a reset time ends
+that attempt `rate_limited`, and the next attempt resumes the same conversation after the
+reset, on real tmux with a stand-in speaking the pinned Claude CLI's stream-json."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from datetime import UTC, datetime
+from pathlib import Path
+
+from delegate.core.channels import ClaudeStream, usage_limit
+from delegate.core.model import JobState
+from delegate.core.timefmt import parse_timestamp
+
+from .helpers import run_cli
+from .test_monitor import open_state
+
+LIMITED = Path(__file__).parent / "agents" / "limited.py"
+
+
+def test_the_claude_usage_limit_message_becomes_a_rate_limited_ending():
+    assert usage_limit("Claude AI usage limit reached|1764118800") == (
+        "rate_limited: resets at 2025-11-26T01:00:00Z"
+    )
+    assert usage_limit("API Error: rate limit exceeded") == "rate_limited: no reset time"
+    assert usage_limit("the tests failed") is None
+    [event] = ClaudeStream().feed(
+        json.dumps(
+            {"type": "result", "is_error": True, "result": "Claude AI usage limit reached|0"}
+        ).encode()
+    )
+    assert (event.event, event.detail) == ("error", "rate_limited: resets at 1970-01-01T00:00:00Z")
+
+
+def test_a_rate_limited_attempt_resumes_after_the_reset(home: Path, tmux_env, tmp_path: Path):
+    home.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, str(LIMITED), "-p", "--output-format", "stream-json"]
+    resume = [*command, "--resume", "{conversation_id}"]
+    (home / "delegate.toml").write_text(
+        textwrap.dedent(f"""
+        [profiles.limited]
+        command = {json.dumps(command)}
+        resume = {json.dumps(resume)}
+        prompt = "stdin"
+        preamble = false
+        channel = "claude-stream"
+        """)
+    )
+    result = run_cli(
+        home,
+        "submit",
+        "--agent",
+        "limited",
+        "--prompt",
+        "go",
+        "--workdir",
+        str(tmp_path),
+        "--wait",
+        "--json",
+        env=tmux_env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr  # the final attempt's outcome
+    state = open_state(home)
+    [first] = [j for j in state.registry.list() if not j.retry_of]
+    assert first.status is JobState.ERROR
+    assert first.error is not None and first.error.startswith("rate_limited: resets at ")
+    assert first.conversation_id == "conv-limited"
+    second = state.registry.get(str(first.retried_by))
+    assert second.status is JobState.COMPLETED and second.attempt == 2
+    reset = datetime.strptime(first.error.split(" at ")[1], "%Y-%m-%dT%H:%M:%SZ")
+    assert parse_timestamp(second.started_at or "") >= reset.replace(tzinfo=UTC)
+    runs = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert len(runs) == 2
+    assert runs[1]["argv"][-2:] == ["--resume", "conv-limited"]  # the same conversation
