@@ -234,3 +234,67 @@ def test_a_paused_group_starts_nothing_until_resumed(home: Path, tmux_env, tmp_p
     assert ended.status is JobState.COMPLETED
     bad = run_cli(home, "group", "add", "night", env=tmux_env)
     assert bad.returncode == 64 and "exists" in bad.stderr
+
+
+PLAN = """
+cmd = "true"
+prompt = "x"
+
+[[jobs]]
+name = "build"
+cmd = "echo build >> order"
+
+[[jobs]]
+name = "test"
+cmd = "echo test >> order"
+after = ["build"]
+
+[[jobs]]
+name = "docs"
+cmd = "echo docs >> order"
+after = "build"
+
+[[jobs]]
+name = "ship"
+cmd = "echo ship >> order"
+after = ["test", "docs"]
+"""
+
+
+def test_a_plan_file_declares_jobs_and_their_after_by_name(home: Path, tmux_env, tmp_path: Path):
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN)
+    made = run_cli(
+        home, "submit", "--from-file", str(plan), "--workdir", str(tmp_path), env=tmux_env
+    )
+    assert made.returncode == 0, made.stderr
+    ids = dict(line.split() for line in made.stdout.splitlines())
+    names = list(ids)
+    assert names[0] == "build" and names[-1] == "ship"  # each after what it waits for
+    assert set(ids) == {"build", "test", "docs", "ship"}
+    jobs = _ended(home, *ids.values())
+    assert [j.status for j in jobs] == [JobState.COMPLETED] * 4
+    ship = _record(home, ids["ship"])
+    assert sorted(ship.after or []) == sorted([ids["test"], ids["docs"]])
+    order = (tmp_path / "order").read_text().split()
+    assert order[0] == "build" and order[-1] == "ship"
+
+
+def test_a_circle_or_an_unknown_name_in_a_plan_is_refused(home: Path, tmux_env, tmp_path: Path):
+    circle = tmp_path / "circle.toml"
+    circle.write_text(
+        'cmd = "true"\nprompt = "x"\n'
+        '[[jobs]]\nname = "a"\nafter = ["c"]\n'
+        '[[jobs]]\nname = "b"\nafter = ["a"]\n'
+        '[[jobs]]\nname = "c"\nafter = ["b"]\n'
+    )
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text('cmd = "true"\nprompt = "x"\n[[jobs]]\nname = "a"\nafter = ["nope"]\n')
+    for path, words in ((circle, "in a circle: "), (unknown, "'nope' is no job of this file")):
+        refused = run_cli(home, "submit", "--from-file", str(path), env=tmux_env)
+        assert refused.returncode == 64, refused.stderr
+        assert_one_line_error(refused)
+        assert words in refused.stderr
+    assert not list((home / "jobs").glob("*.json"))  # nothing was recorded
+    said = run_cli(home, "submit", "--from-file", str(circle), env=tmux_env).stderr
+    assert all(name in said for name in ("a ->", "b ->", "c"))

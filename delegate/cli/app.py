@@ -553,8 +553,7 @@ def submit(
     from delegate.services.jobs.submit import submit as submit_job  # as jobfile
 
     agents = agent or []
-    settings = merge_job_file(
-        from_file,
+    flags = dict(
         agent=agents[0] if len(agents) == 1 else None,
         cmd=cmd,
         prompt=prompt,
@@ -582,6 +581,14 @@ def submit(
         backoff=backoff,
         on_interrupt=on_interrupt,
     )
+    if from_file is not None and fan_out is None:
+        # cli.plan: only a file declaring several jobs ([[jobs]]) goes there
+        from delegate.cli.plan import submit_plan_file
+
+        planned = submit_plan_file(from_file, flags, as_json=as_json, no_mcp=no_mcp)
+        if planned is not None:
+            return planned
+    settings = merge_job_file(from_file, **flags)
     text = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=sys.stdin)
     request = SubmitRequest.from_settings(settings, text)._replace(no_mcp=no_mcp)
     # cron, scripts and pipes get the job id at once; a person at a terminal sees it through

@@ -36,14 +36,24 @@ def merge_job_file(path: Path | None, **flags: Any) -> dict[str, Any]:
     Relative paths in the file are taken relative to the file, so a crontab line can point at
     it from anywhere. `wait` stays None when neither says: the caller decides (a terminal).
     """
+    if path is None:
+        return merge_job_settings(None, {}, **flags)
+    data = read_toml(path)
+    if "jobs" in data:
+        raise ConfigError(
+            f"{path} declares several jobs ([[jobs]]): submit it with --from-file alone"
+        )
+    return merge_job_settings(path, data, **flags)
+
+
+def merge_job_settings(path: Path | None, data: dict[str, Any], **flags: Any) -> dict[str, Any]:
+    """`data` (one job's fields, read from the file `path`) overridden by every flag given."""
     settings: dict[str, Any] = {name: None for name in flags}
-    if path is not None:
-        data = read_toml(path)
-        unknown = data.keys() - flags.keys()
-        if unknown:
-            raise ConfigError(f"{path}: unknown field(s) {', '.join(sorted(unknown))}")
-        for name, value in data.items():
-            settings[name] = _file_value(path, name, value)
+    unknown = data.keys() - flags.keys()
+    if unknown:
+        raise ConfigError(f"{path}: unknown field(s) {', '.join(sorted(unknown))}")
+    for name, value in data.items():
+        settings[name] = _file_value(path or Path("."), name, value)
     for name, value in flags.items():
         if value is not None:
             settings[name] = value
