@@ -696,3 +696,30 @@ def test_waiting_on_an_offline_host_says_so_once_and_what_comes_next(sides: Side
     assert "host h1 is offline (never heard from)" in said[0]
     assert "ends host_lost if it stays silent for 4s" in said[0]
     assert "its agent host stopped answering (host_lost)" in waited.stderr
+
+
+def test_a_worktree_job_on_a_host_gets_its_worktree_there(sides: Sides, tmp_path: Path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    (repo / "a.txt").write_text("one\n")
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    sides.serve(repo)
+    result = sides.submit("echo two > a.txt", "--wait", "--worktree")
+    assert result.returncode == 0, result.stderr
+    job_id = json_lines(result.stdout)[0]["job_id"]
+    there = sides.host_state().registry.get(job_id)
+    assert there.worktree is not None and there.worktree["branch"] == f"delegate/{job_id}"
+    path = Path(there.worktree["path"])
+    assert path.is_relative_to(sides.host_home / "worktrees")  # made on the host, in its state
+    assert (path / "a.txt").read_text() == "two\n"
+    assert (repo / "a.txt").read_text() == "one\n"  # the host's checkout is untouched
+    status = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
+    assert (
+        status.stdout == ""
+        and head
+        == subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    )

@@ -296,6 +296,9 @@ class HostServer:
                 wall_timeout_s=job.get("wall_timeout_s"),
                 idle_timeout_s=job.get("idle_timeout_s"),
                 max_running=_positive_int(job.get("max_running")),
+                worktree=job.get("worktree") if isinstance(job.get("worktree"), bool) else None,
+                branch=job.get("branch") if isinstance(job.get("branch"), str) else None,
+                base=job.get("base") if isinstance(job.get("base"), str) else None,
                 job_id=job_id,
                 token_for=lambda jid: hostproto.job_token(self.key, jid),
             )

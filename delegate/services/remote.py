@@ -256,6 +256,10 @@ def assignment_for(job: Job, prompt: bytes, request: Any) -> dict[str, Any]:
         "idle_timeout_s": job.idle_timeout_s,
         # counted on the host, among its own jobs: it queues the job there until a slot frees
         "max_running": request.max_running,
+        # its own git worktree, made on the host from the host's repository (`--worktree`)
+        "worktree": request.worktree,
+        "branch": request.branch,
+        "base": request.base,
     }
 
 

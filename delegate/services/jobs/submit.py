@@ -360,8 +360,8 @@ def submit_remote(
 
     if request.agent is None and request.cmd is None:
         raise UsageError("give --agent NAME or --cmd COMMAND")
-    if request.worktree:
-        raise UsageError("--worktree does not work with --host yet")
+    if (request.branch or request.base) and not request.worktree:
+        raise UsageError("--branch and --base need --worktree")
     if len(request.prompt) > hostproto.MAX_ASSIGNMENT:
         raise UsageError(
             f"the prompt is {len(request.prompt)} bytes, over the {hostproto.MAX_ASSIGNMENT}"
