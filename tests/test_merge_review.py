@@ -263,3 +263,35 @@ def test_review_of_a_running_job_is_typed_into_its_session(home: Path, tmux_env,
     assert "review sent" in result.stderr, job_record(home, job_id)
     wait_ended(home, job_id)
     assert got.read_text() == "Review of your work: use a set\n"
+
+
+def test_review_from_a_file_of_a_shell_job_starts_afresh_with_the_review_and_the_diff(
+    home: Path, tmux_env, tmp_path: Path
+):
+    repo = make_repo(tmp_path / "repo")
+    first = committing_job(home, tmux_env, repo, "made.txt", "first")
+    notes = tmp_path / "review.md"
+    notes.write_text("please also add a README line\n")
+    result = run_cli(home, "review", first, "--file", str(notes), "--json", env=tmux_env)
+    assert result.returncode == 0, result.stderr
+    follow = (job_record(home, first).worktree or {})["handed_to"]
+    wait_ended(home, follow)
+    again = job_record(home, follow)
+    assert again.follow_up_of == first and again.conversation_id is None
+    prompt = (home / "logs" / follow / "prompt").read_text()
+    assert "please also add a README line" in prompt  # the review
+    assert "made.txt" in prompt and "+first" in prompt  # and the job's diff: no conversation
+    assert again.workdir == job_record(home, first).workdir  # the same worktree
+
+
+def test_a_rebase_merge_replays_the_commits_without_a_merge_commit(
+    home: Path, tmux_env, tmp_path: Path
+):
+    repo = make_repo(tmp_path / "repo")
+    job_id = committing_job(home, tmux_env, repo, "r.txt", "rebased")
+    before = sh_git(repo, "rev-parse", "HEAD").strip()
+    result = run_cli(home, "merge", job_id, "--rebase", env=tmux_env)
+    assert result.returncode == 0, result.stderr
+    parents = sh_git(repo, "log", "-1", "--format=%P", "main").split()
+    assert len(parents) == 1 and parents[0] == before  # one parent: replayed, no merge commit
+    assert sh_git(repo, "show", "main:r.txt").strip() == "rebased"
