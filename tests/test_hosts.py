@@ -723,3 +723,34 @@ def test_a_worktree_job_on_a_host_gets_its_worktree_there(sides: Sides, tmp_path
         and head
         == subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     )
+
+
+def test_a_broker_out_of_hearing_is_no_evidence_against_a_host(
+    sides: Sides, broker, tmp_path: Path
+):
+    """The broker stopped for longer than the host's lost_after (4 s) while a monitor runs:
+    nothing is judged while it cannot be heard, and the job ends with its agent's own outcome."""
+    work = tmp_path / "work"
+    work.mkdir()
+    sides.serve(work)
+    go = work / "go"
+    submitted = sides.submit(f"while [ ! -e {go} ]; do sleep 0.1; done", "--no-wait", "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = json.loads(submitted.stdout)["job_id"]
+    here = State.open(env={"DELEGATE_HOME": str(sides.home)})
+    retry_until(lambda: here.registry.get(job_id).status is JobState.RUNNING, timeout=30)
+    with sides.monitoring():
+        retry_until(lambda: (sides.home / "hosts" / ".listening").exists(), timeout=30)
+        broker.stop()
+        try:
+            retry_until(lambda: here.audit.read_events(job_id, kind="unseen"), timeout=30)
+            time.sleep(6)  # longer than lost_after: the host is silent, but unheard
+            assert here.registry.get(job_id).status is JobState.RUNNING
+        finally:
+            broker.start()
+        retry_until(lambda: here.audit.read_events(job_id, kind="seen_again"), timeout=30)
+        go.touch()
+        retry_until(lambda: here.registry.get(job_id).status.terminal, timeout=60)
+    assert here.registry.get(job_id).status is JobState.COMPLETED
+    [unseen] = here.audit.read_events(job_id, kind="unseen")
+    assert unseen["what"] == "broker"

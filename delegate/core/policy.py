@@ -110,6 +110,8 @@ class Snapshot:
     # per tmux socket that could not be asked: when that episode began (the first pass that
     # could not see it); absent for servers seen at their last look
     unseen_since: Mapping[str, str] = field(default_factory=dict)
+    # this side cannot hear the broker: hosts' silence and their jobs' quiet say nothing
+    broker_unheard: bool = False
     # the states of the jobs queued jobs wait for, and the queue groups' rules
     gate: Gate = field(default_factory=Gate)
 
@@ -499,6 +501,8 @@ def judge_remote_job(job: Job, facts: Facts) -> list[Action]:
     """A job on an agent host: its own monitor watches the pane; here, whether the host is still
     heard from, whether the job was ever assigned, and the deadlines."""
     snap = facts.snap
+    if snap.broker_unheard:
+        return []  # not knowing is not evidence: nothing is judged until the broker is heard
     heard = snap.hosts.get(job.host or "")
     if heard is not None and heard[0] >= heard[1]:
         evidence = {"host": job.host, "silent_s": round(heard[0], 1), "lost_after_s": heard[1]}

@@ -30,7 +30,7 @@ from delegate.core.policy import PolicySettings, SeenEvent, next_deadline_s
 from delegate.core.protocol import Accepted, Receiver
 from delegate.services.jobs.notify import notify, wait_for_notifiers
 from delegate.services.reconciler import Done, Reconciler
-from delegate.services.remote import PresenceWatch, mqtt_settings, refresh_presence
+from delegate.services.remote import HostBook, PresenceWatch, mqtt_settings, refresh_presence
 from delegate.services.state import State, with_own_credentials
 from delegate.services.worktrees import over_limits
 
@@ -64,6 +64,7 @@ class Monitor:
         self.stopping = False
         self.passes = 0
         self._worktrees_reported = -WORKTREE_REPORT_S
+        self._presence: PresenceWatch | None = None  # hosts' presence, while jobs run on hosts
 
     # --- stopping --------------------------------------------------------------------------
 
@@ -79,7 +80,12 @@ class Monitor:
     def _watch_presence(self, jobs: list[Job], *, once: bool) -> None:
         """Hosts' presence into the host book while jobs run on agent hosts, so `host_lost` is
         judged on what the hosts say now (once: the retained presences, then stop)."""
-        if getattr(self, "_presence", None) is not None or not any(j.host for j in jobs):
+        remote = [j for j in jobs if j.host]
+        if self._presence is not None:
+            if self._presence.note_listening():
+                self._say_listening(remote)
+            return
+        if not remote:
             return
         if once:
             refresh_presence(self.state)
@@ -88,9 +94,20 @@ class Monitor:
             self._presence = PresenceWatch(self.state, mqtt_settings(self.state))
         except DelegateError as exc:
             log.warning("monitor: hosts' presence not followed: %s", exc)
+            if HostBook(self.state).record_listening(False, int(time.time() * 1000)):
+                self._say_listening(remote)
+
+    def _say_listening(self, remote: list[Job]) -> None:
+        """The broker went out of hearing, or came back: said once per episode, in the log and
+        in each remote job's audit (while it is unheard, hosts' silence judges nothing)."""
+        heard = HostBook(self.state).listening().get("connected") is not False
+        kind = "seen_again" if heard else "unseen"
+        log.warning("monitor: the broker %s", "is heard again" if heard else "cannot be heard")
+        for job in remote:
+            self.state.audit.append(job.job_id, kind, what="broker", observed=True)
 
     def close(self) -> None:
-        if getattr(self, "_presence", None) is not None:
+        if self._presence is not None:
             self._presence.close()
         for sub in self._subscriptions.values():
             with contextlib.suppress(Exception):
@@ -324,8 +341,10 @@ class Monitor:
                 self.reconciler.run_pass(events=changing, sockets=())
                 woke = woke or any(EventType(e.event).terminal for e in changing)
             if woke or time.monotonic() >= next_pass:
+                jobs = self.state.registry.open_jobs()
+                self._watch_presence(jobs, once=False)  # hosts' presence, and whether heard
                 self.run_pass()
-                self._subscribe(self.state.registry.open_jobs())
+                self._subscribe(jobs)
                 next_pass = time.monotonic() + self._next_deadline()
         return 0
 

@@ -197,11 +197,13 @@ class Reconciler:
         unknown = sorted({p.session for v in views.values() for p in v.panes} - live_names)
         closed = list(inventory(self.state).by_names(unknown).values()) if unknown else []
         remote = [j for j in jobs.values() if j.host and not j.status.terminal]
-        hosts = {}
+        hosts, unheard = {}, False
         if remote:
-            from delegate.services.remote import host_ages  # only with host jobs (as above)
+            # only with host jobs (as above)
+            from delegate.services.remote import broker_unheard, host_ages
 
             hosts = host_ages(self.state, remote, int(self.now().timestamp() * 1000))
+            unheard = broker_unheard(self.state)
         snap = Snapshot(
             hosts=hosts,
             jobs=list(jobs.values()),
@@ -213,6 +215,7 @@ class Reconciler:
             launchers_alive=alive,
             assigned_at=assigned_at,
             queued_on_host=frozenset(queued_there),
+            broker_unheard=unheard,
             unseen_since=inventory(self.state).unseen(),
             gate=gate_for(
                 self.state,

@@ -95,6 +95,24 @@ class HostBook:
         except (FileNotFoundError, ValueError):
             return None
 
+    def record_listening(self, connected: bool, now_ms: int) -> bool:
+        """Whether this side can hear the broker now, and since when (`.listening`): while it
+        cannot, hosts' silence is no evidence, and once it can again, silence counts only from
+        then. True when that changed (written only then)."""
+        before = self.listening()
+        was = before.get("connected")
+        if was is connected:
+            return False
+        record = {"connected": connected, "since_ms": now_ms}
+        atomic_write(self.dir / LISTENING, json.dumps(record).encode(), durable=False)
+        return was is not None or not connected
+
+    def listening(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.dir / LISTENING).read_text())  # type: ignore[no-any-return]
+        except (FileNotFoundError, ValueError):
+            return {}
+
     def record_presence(self, name: str, message: dict[str, Any], *, heard_ms: int) -> None:
         """Keep what a host said of itself: online or not, and when it was last heard."""
         if not (self.dir / f"{name}.key").exists():
@@ -162,6 +180,11 @@ class PresenceWatch:
             on_message=on_message,
         )
 
+    def note_listening(self) -> bool:
+        """Record whether the broker is heard now; True when that changed."""
+        connected = self.connection.connected.is_set()
+        return self.book.record_listening(connected, int(time.time() * 1000))
+
     def close(self) -> None:
         self.connection.close()
 
@@ -169,11 +192,14 @@ class PresenceWatch:
 def refresh_presence(state: State, *, listen_s: float = 1.0) -> None:
     """Read every host's retained presence into the host book once, then stop listening. A
     broker that cannot be reached leaves the book as it was (and says so in the log)."""
+    book = HostBook(state)
     try:
         watch = PresenceWatch(state, mqtt_settings(state))
     except DelegateError as exc:
         log.warning("hosts' presence not refreshed: %s", exc)
+        book.record_listening(False, int(time.time() * 1000))
         return
+    book.record_listening(True, int(time.time() * 1000))
     try:
         # retained presences arrive right after subscribing, one per host, back to back
         if watch.heard.wait(listen_s):
@@ -221,16 +247,25 @@ def host_jobs(state: State, name: str) -> list[dict[str, Any]]:
     return list(seen.get("jobs") or [])
 
 
+def broker_unheard(state: State) -> bool:
+    """Whether this side cannot hear the broker (its presence watch is cut off): then hosts'
+    silence says nothing, and their jobs are not judged."""
+    return HostBook(state).listening().get("connected") is False
+
+
 def host_ages(state: State, jobs: list[Job], now_ms: int) -> dict[str, tuple[float, float]]:
     """For each host of `jobs`: seconds since it was last heard (since the oldest of its jobs
     was registered, if never) and its `lost_after`, for the reconcile policy."""
     book = HostBook(state)
+    listening = book.listening()
+    heard_since = int(listening.get("since_ms") or 0) if listening.get("connected") else 0
     ages: dict[str, tuple[float, float]] = {}
     for job in jobs:
         if not job.host or job.status.terminal:
             continue
         seen = (book.presence(job.host) or {}).get("last_seen_ms")
         since = seen or int(parse_timestamp(job.created_at).timestamp() * 1000)
+        since = max(since, heard_since)  # silence counts only while the broker was heard
         age = max(0.0, (now_ms - since) / 1000)
         lost_after = float(book.settings(job.host)["lost_after_s"])
         previous = ages.get(job.host)
@@ -242,6 +277,7 @@ def host_ages(state: State, jobs: list[Job], now_ms: int) -> dict[str, tuple[flo
 
 
 ASSIGNMENT_FILE = "assignment.json"
+LISTENING = ".listening"  # in the hosts folder: whether the broker could be heard, and until when
 
 
 def assignment_for(job: Job, prompt: bytes, request: Any) -> dict[str, Any]:
