@@ -160,3 +160,20 @@ def write_finished_history(home: Path, count: int) -> None:
             [(r[0], r[2], stamp) for r in rows],
         )
     conn.close()
+
+
+def monitor_once_s(env: dict[str, str], runs: int) -> list[float]:
+    """Seconds each of `runs` fresh `delegate monitor --once --json` took (start-up included);
+    exits with its stderr when one fails."""
+    import time
+
+    took = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        run = subprocess.run(
+            [delegate_exe(), "monitor", "--once", "--json"], env=env, capture_output=True
+        )
+        took.append(time.perf_counter() - started)
+        if run.returncode != 0:
+            sys.exit(run.stderr.decode())
+    return took

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 import time
 
 from _common import (
     bench_env,
-    delegate_exe,
     emit,
+    monitor_once_s,
     precompile,
     private_tmux,
     summary_ms,
@@ -88,15 +86,7 @@ def main() -> None:
         seen = reconciler.last_snapshot
         assert seen is not None
         panes = sum(len(v.panes) for v in seen.views.values())
-        fresh = []
-        for _ in range(7):
-            started = time.perf_counter()
-            run = subprocess.run(
-                [delegate_exe(), "monitor", "--once", "--json"], env=env, capture_output=True
-            )
-            fresh.append(time.perf_counter() - started)
-            if run.returncode != 0:
-                sys.exit(run.stderr.decode())
+        fresh = monitor_once_s(env, 7)
     p50 = statistics.median(samples) * 1000
     emit(
         {

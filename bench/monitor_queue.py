@@ -12,15 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from _common import (
     bench_env,
-    delegate_exe,
     emit,
+    monitor_once_s,
     precompile,
     private_tmux,
     summary_ms,
@@ -104,15 +102,7 @@ def main() -> None:
             samples.append(time.perf_counter() - started)
         seen = reconciler.last_snapshot
         assert seen is not None
-        fresh = []
-        for _ in range(5):
-            started = time.perf_counter()
-            run = subprocess.run(
-                [delegate_exe(), "monitor", "--once", "--json"], env=env, capture_output=True
-            )
-            fresh.append(time.perf_counter() - started)
-            if run.returncode != 0:
-                sys.exit(run.stderr.decode())
+        fresh = monitor_once_s(env, 5)
     p50 = statistics.median(samples) * 1000
     emit(
         {
