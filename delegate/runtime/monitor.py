@@ -29,6 +29,7 @@ from delegate.core.model import EVENT_TARGET_STATE, EventType, Job, JobState
 from delegate.core.policy import PolicySettings, SeenEvent, next_deadline_s
 from delegate.core.protocol import Accepted, Receiver
 from delegate.services.jobs.notify import notify, wait_for_notifiers
+from delegate.services.jobs.retry import follow_up
 from delegate.services.reconciler import Done, Reconciler
 from delegate.services.remote import HostBook, PresenceWatch, mqtt_settings, refresh_presence
 from delegate.services.state import State, with_own_credentials
@@ -38,6 +39,7 @@ log = get_logger(__name__)
 
 DEFAULT_INTERVAL_S = 5.0
 WAKE_POLL_S = 0.02  # how long one wait for events or pidfds lasts
+RECENT_ENDINGS = 20  # the latest ended jobs each pass looks at for an attempt no one made
 WORKTREE_REPORT_S = 600.0  # how often worktrees over [worktree] keep_max_gb/keep_days are logged
 
 
@@ -290,9 +292,19 @@ class Monitor:
     def run_pass(self, events: list[SeenEvent] | None = None) -> list[Done]:
         done = self.reconciler.run_pass(events=events or ())
         self.passes += 1
+        self._follow_up(done)
         self._watch_panes()
         self._report_worktrees()
         return done
+
+    def _follow_up(self, done: list[Done]) -> None:
+        """The next attempts of the jobs this pass ended, and of the latest that ended while
+        no one made theirs (a supervisor that died first): each is made once (its key)."""
+        ended = {d.action.job_id for d in done if d.action.job_id}
+        ended.update(j.job_id for j in self.state.registry.recent_finished(RECENT_ENDINGS))
+        for job_id in sorted(ended):
+            with contextlib.suppress(DelegateError):
+                follow_up(self.state, job_id)
 
     def _report_worktrees(self) -> None:
         """Log the job worktrees over `[worktree]` limits now and then; never remove any."""

@@ -22,6 +22,7 @@ from delegate.config import logsetup
 from delegate.core.errors import guarded
 from delegate.services.jobs.launch import READY_BYTE
 from delegate.services.jobs.notify import wait_for_notifiers
+from delegate.services.jobs.retry import follow_up
 from delegate.services.jobs.submit import supervise
 from delegate.services.state import State
 
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             outcome = supervise(
                 state, job_id, emit=print_json, on_ready=lambda: say_ready(pid_file, ready_fd)
             )
+            follow_up(state, job_id)  # its next attempt, when its retry rule asks for one
         finally:
             wait_for_notifiers()
         return outcome.exit_code

@@ -30,13 +30,11 @@ from delegate.adapters.groups import GroupBook
 from delegate.config.logsetup import get_logger
 from delegate.core.budget import BUDGET_EXCEEDED
 from delegate.core.caps import DEPENDENCY_FAILED, Gate, broken_dependency, dependency_failure
-from delegate.core.errors import DelegateError
 from delegate.core.model import EventType, Job, JobState, SessionState
-from delegate.core.retry import RATE_LIMITED, next_attempt
+from delegate.core.retry import RATE_LIMITED
 from delegate.services.state import State
 
 log = get_logger(__name__)
-RETRY_FAILED = "retry_failed"  # the audit kind: a due next attempt could not be made
 
 
 class Ending(NamedTuple):
@@ -139,7 +137,6 @@ def end_job(
         cause={**told, **(cause or {})},
     )
     if changed:
-        follow_up(state, job)
         settle_dependents(state, job)
         if job.group and job.cost_usd:  # a group's daily budget counts what its jobs cost
             GroupBook(state.layout.groups_book).add_spending(job.group, job.cost_usd)
@@ -150,23 +147,6 @@ def end_job(
 
         notify(state, job, envelope, actor=actor)
     return Ending(job, changed)
-
-
-def follow_up(state: State, ended: Job) -> None:
-    """Queue the next attempt of `ended` when its rule asks for one. Called only by the caller
-    whose ending landed, and the attempt's idempotency key (`retry-of-<id>`) makes a second
-    try (a crash in between) find the first: one attempt per ended attempt."""
-    if next_attempt(ended) is None:
-        return
-    # deferred: services.jobs.retry submits the attempt through submit and launch, which import
-    # this module (a cycle), and only a retried ending needs them
-    from delegate.services.jobs.retry import schedule_next_attempt
-
-    try:
-        schedule_next_attempt(state, ended)
-    except DelegateError as exc:
-        log.warning("job %s: its next attempt could not be made: %s", ended.job_id, exc)
-        state.audit.append(ended.job_id, RETRY_FAILED, reason=str(exc))
 
 
 def settle_dependents(state: State, ended: Job) -> None:

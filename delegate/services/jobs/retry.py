@@ -23,8 +23,9 @@ from typing import Any
 
 from delegate.adapters.tmux import Tmux
 from delegate.config.budget import rate_limit_max_wait
+from delegate.config.logsetup import get_logger
 from delegate.config.profiles import profiles, read_config
-from delegate.core.errors import UsageError
+from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import Job
 from delegate.core.policy import SESSION_PREFIX
 from delegate.core.retry import RETRY_KEY_PREFIX, attempt_label, next_attempt
@@ -39,7 +40,9 @@ from delegate.services.jobs.submit import (
 )
 from delegate.services.state import State
 
+log = get_logger(__name__)
 RETRIED = "retried"  # the audit kind on the previous attempt: which attempt follows it
+RETRY_FAILED = "retry_failed"  # the audit kind: a due next attempt could not be made
 CONTINUE_PROMPT = b"Continue where you left off.\n"
 ATTEMPT_APPEAR_S = 10.0  # how long `submit --wait` waits for a due attempt to be recorded
 
@@ -121,6 +124,22 @@ def _submit_attempt(state: State, job: Job, request: SubmitRequest, how: str) ->
     return result
 
 
+def follow_up(state: State, job_id: str) -> Job | None:
+    """Make the next attempt of job `job_id` when it has ended and its rule asks for one, once
+    (the attempt's idempotency key): what follows an ending, done by whoever follows the job
+    (its supervisor, `submit --wait`, the monitor's pass), never inside `end_job`, which
+    submit itself calls. A failure is audited (`retry_failed`), never raised."""
+    job = state.registry.get(job_id)
+    if not job.status.terminal or job.retried_by or next_attempt(job) is None:
+        return None
+    try:
+        return schedule_next_attempt(state, job)
+    except DelegateError as exc:
+        log.warning("job %s: its next attempt could not be made: %s", job_id, exc)
+        state.audit.append(job_id, RETRY_FAILED, reason=str(exc))
+        return None
+
+
 def schedule_next_attempt(state: State, ended: Job, *, rand: float | None = None) -> Job | None:
     """Queue the attempt `ended`'s rule asks for (end_job calls this once, for the caller whose
     ending landed); None when it asks for none."""
@@ -175,6 +194,7 @@ def follow_attempts(
     """`submit --wait` past a retry: while the attempt it followed ended and another follows
     (or is due), follow that one, so the outcome is the final attempt's."""
     while result.outcome is not None:
+        follow_up(state, result.job.job_id)  # this process followed the job: it makes it
         job = state.registry.get(result.job.job_id)
         if next_attempt(job) is None and not job.retried_by:
             return result
