@@ -12,7 +12,7 @@ delegate.toml (per million tokens, by model) when the agent reports none.
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-BUDGET_EXCEEDED = "budget_exceeded"
+from delegate.core.model import BUDGET_EXCEEDED
 
 
 class Budget(NamedTuple):

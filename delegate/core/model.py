@@ -98,6 +98,12 @@ class EventType(StrEnum):
 
 EVENT_NAMES = frozenset(e.value for e in EventType)
 
+# End reasons the wrapper reports as the job's own `error` (what it saw on the agent's channel):
+# the job ends with them as they are, not as `agent_error: ...`.
+BUDGET_EXCEEDED = "budget_exceeded"
+RATE_LIMITED = "rate_limited"
+WRAPPER_REASONS = (BUDGET_EXCEEDED, RATE_LIMITED)
+
 # The job state an accepted event moves its job to; events missing here change nothing.
 EVENT_TARGET_STATE: dict[EventType, JobState] = {
     EventType.STARTED: JobState.RUNNING,

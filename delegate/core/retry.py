@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from delegate.core.errors import UsageError
-from delegate.core.model import Job, JobState
+from delegate.core.model import RATE_LIMITED, Job, JobState
 from delegate.core.timefmt import parse_iso
 
 # `--retry-on` names -> the end-reason codes (the text before `:` in a record's `error`).
@@ -43,7 +43,6 @@ JITTER = 0.25  # a delay is shortened by up to this share, so retries of many jo
 RETRY_KEY_PREFIX = "retry-of-"  # the idempotency key of the attempt after job X
 # An agent out of its usage or rate limit: `rate_limited: resets at 2026-11-26T01:00:03Z` (or
 # `rate_limited: no reset time`); the attempt after it resumes the conversation at the reset.
-RATE_LIMITED = "rate_limited"
 RATE_LIMIT_MAX_WAIT_S = 6 * 3600.0  # `[rate_limit] max_wait`: a later reset is not waited for
 MAX_RATE_LIMIT_RESUMES = 10  # rate-limited attempts picked up again per job, beyond --retries
 RATE_LIMIT_BACKOFF = (60.0, 3600.0)  # no reset time given: exponential backoff between these

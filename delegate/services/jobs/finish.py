@@ -26,12 +26,9 @@ import os
 import pwd
 from typing import Any, NamedTuple
 
-from delegate.adapters.groups import GroupBook
 from delegate.config.logsetup import get_logger
-from delegate.core.budget import BUDGET_EXCEEDED
 from delegate.core.caps import DEPENDENCY_FAILED, Gate, broken_dependency, dependency_failure
-from delegate.core.model import EventType, Job, JobState, SessionState
-from delegate.core.retry import RATE_LIMITED
+from delegate.core.model import WRAPPER_REASONS, EventType, Job, JobState, SessionState
 from delegate.services.state import State
 
 log = get_logger(__name__)
@@ -74,7 +71,7 @@ def event_ending(event: EventType, detail: str = "") -> tuple[JobState, str | No
     if event is EventType.COMPLETED:
         return JobState.COMPLETED, None
     if event is EventType.ERROR:
-        if detail.startswith((f"{BUDGET_EXCEEDED}:", f"{RATE_LIMITED}:")):
+        if detail.startswith(tuple(f"{reason}:" for reason in WRAPPER_REASONS)):
             return JobState.ERROR, detail  # what the wrapper saw (its channel): its own reason
         return JobState.ERROR, f"agent_error: {detail}" if detail else "agent_error"
     raise ValueError(f"{event.value} does not end a job")
@@ -139,6 +136,9 @@ def end_job(
     if changed:
         settle_dependents(state, job)
         if job.group and job.cost_usd:  # a group's daily budget counts what its jobs cost
+            # adapters.groups (json, datetime, the book's lock): only for a group's job
+            from delegate.adapters.groups import GroupBook
+
             GroupBook(state.layout.groups_book).add_spending(job.group, job.cost_usd)
     if envelope is not None:
         # deferred: notifiers need subprocess, threading and tomllib (~15 ms), which the
