@@ -15,6 +15,7 @@ make one job's summary depend on two logs, so such a history is always summarize
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -70,7 +71,9 @@ def _manifest(store: Path) -> dict[str, Any] | None:
 
 
 def _unchanged(entry: Any, log: LogFile) -> bool:
-    return isinstance(entry, list) and entry[:2] == [log.size, log.mtime_ns]
+    """Whether a manifest entry ([size, mtime_ns, malformed lines]) still describes `log`."""
+    ok = isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], int)
+    return ok and entry[:2] == [log.size, log.mtime_ns]
 
 
 def _read_logs(spark: SparkSession, paths: list[str]) -> tuple[DataFrame, dict[str, list[int]]]:
@@ -139,7 +142,12 @@ def _keep(
 ) -> DataFrame:
     """Write `frame` as a new generation, record it, and return it read back from there."""
     generation = f"summaries-{time.time_ns()}"
-    store.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        store.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:
+        return frame  # a store we cannot write: this report is right, the next reads it all
+    if not os.access(store, os.W_OK):
+        return frame
     frame.coalesce(1).write.parquet(str(store / generation))
     record = {
         "version": VERSION,
