@@ -7,9 +7,11 @@ then the same report after 10 new jobs arrive (it reads only their logs). Target
 report <= 1.3x the bare start, the second <= 0.5x the first.
 
 For each size: generate the logs (not timed), compact them to Parquet once (`delegate report
---compact`, timed as "compaction"), then time `delegate report --format json` as a fresh process
-(JVM start included) reading the compacted Parquet, and DuckDB computing the same figures from
-the same Parquet and status files. Target (issue 5): 10M events in <= 60 s from Parquet.
+--compact`, timed as "compaction"; that report also keeps the per-job summaries), then time
+`delegate report --format json` as a fresh process (JVM start included), which reads the kept
+summaries, and DuckDB computing the same figures from the compacted Parquet and status files.
+Then, as `report_unsummarized_s`, the same report with the summaries forgotten (it reads every
+log). Targets: 10M events in <= 60 s (issue 5); <= 3x DuckDB (issue 21).
 """
 
 from __future__ import annotations
@@ -111,6 +113,8 @@ def measure(events: int, work: Path) -> dict[str, object]:
     con = duckdb.connect()
     rows = con.execute(DUCKDB_SQL.format(store=home / "analytics", logs=logs)).fetchall()
     duckdb_s = time.perf_counter() - started
+    (home / "analytics" / "_summaries.json").unlink()
+    unsummarized_s = run([exe, "report", "--format", "json", "--out", str(work / "u")], env)
     duck_agents = {r[1]: r[2] for r in rows if r[0] == "agent"}
     spark_agents = {a["agent"]: a["jobs"] for a in figures["agents"]}
     return {
@@ -120,6 +124,7 @@ def measure(events: int, work: Path) -> dict[str, object]:
         "generate_s": round(generated_s, 1),
         "compaction_s": round(compact_s, 1),
         "report_from_parquet_s": round(report_s, 1),
+        "report_unsummarized_s": round(unsummarized_s, 1),
         "duckdb_same_figures_s": round(duckdb_s, 2),
         "spark_over_duckdb": round(report_s / duckdb_s, 1),
         "same_jobs_per_agent": duck_agents == spark_agents,
