@@ -278,11 +278,6 @@ def log_summary(lines: DataFrame) -> DataFrame:
     )
 
 
-def job_frame(lines: DataFrame, status: DataFrame) -> DataFrame:
-    """One row per job: its log's marks and figures joined with its status.json."""
-    return jobs_from_summary(log_summary(lines), status)
-
-
 def jobs_from_summary(summary: DataFrame, status: DataFrame) -> DataFrame:
     """One row per job from its log summary (`log_summary`) joined with its status.json."""
     return (
@@ -470,10 +465,6 @@ def _utc(frame: DataFrame) -> list[Column]:
     ]
 
 
-def _rows(frame: DataFrame) -> list[dict[str, Any]]:
-    return [row.asDict(recursive=True) for row in frame.select(*_utc(frame)).collect()]
-
-
 def _all_rows(frames: dict[str, DataFrame]) -> dict[str, list[dict[str, Any]]]:
     """Every table's rows in one Spark job: each row as JSON text tagged with its table, so the
     tables (built from one cached jobs frame) share one action instead of one each."""
@@ -489,13 +480,13 @@ def _all_rows(frames: dict[str, DataFrame]) -> dict[str, list[dict[str, Any]]]:
     for part in as_json[1:]:
         union = union.unionByName(part)
     tables: dict[str, list[tuple[int, dict[str, Any]]]] = {name: [] for name in frames}
-    for row in union.collect():
-        tables[row["table"]].append((row["n"], json.loads(row["row"])))
+    for record in union.collect():
+        tables[record["table"]].append((record["n"], json.loads(record["row"])))
     days = {f.name for f in frames["days"].schema.fields if f.dataType.typeName() == "date"}
     out = {name: [r for _, r in sorted(rows, key=lambda r: r[0])] for name, rows in tables.items()}
-    for row in out.get("days", []):
+    for day_row in out.get("days", []):
         for name in days:  # dates come back as dates, as collect() gives them
-            row[name] = None if row[name] is None else date.fromisoformat(row[name])
+            day_row[name] = None if day_row[name] is None else date.fromisoformat(day_row[name])
     return out
 
 
