@@ -1,9 +1,17 @@
-"""`delegate report` on 1M and 10M audit events, beside DuckDB on the same files.
+"""`delegate report` on 1M and 10M audit events, beside DuckDB on the same files; and a
+report of 100 jobs beside a bare local SparkSession start, then again with 10 new jobs.
+
+`--small` (issue 21): a fresh process starting a local SparkSession with Spark's defaults and
+running one count, then `delegate report --format json` on 100 jobs (nothing kept from before),
+then the same report after 10 new jobs arrive (it reads only their logs). Targets: the first
+report <= 1.3x the bare start, the second <= 0.5x the first.
 
 For each size: generate the logs (not timed), compact them to Parquet once (`delegate report
---compact`, timed as "compaction"), then time `delegate report --format json` as a fresh process
-(JVM start included) reading the compacted Parquet, and DuckDB computing the same figures from
-the same Parquet and status files. Target (issue 5): 10M events in <= 60 s from Parquet.
+--compact`, timed as "compaction"; that report also keeps the per-job summaries), then time
+`delegate report --format json` as a fresh process (JVM start included), which reads the kept
+summaries, and DuckDB computing the same figures from the compacted Parquet and status files.
+Then, as `report_unsummarized_s`, the same report with the summaries forgotten (it reads every
+log). Targets: 10M events in <= 60 s (issue 5); <= 3x DuckDB (issue 21).
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import tempfile
 import time
@@ -104,6 +113,8 @@ def measure(events: int, work: Path) -> dict[str, object]:
     con = duckdb.connect()
     rows = con.execute(DUCKDB_SQL.format(store=home / "analytics", logs=logs)).fetchall()
     duckdb_s = time.perf_counter() - started
+    (home / "analytics" / "_summaries.json").unlink()
+    unsummarized_s = run([exe, "report", "--format", "json", "--out", str(work / "u")], env)
     duck_agents = {r[1]: r[2] for r in rows if r[0] == "agent"}
     spark_agents = {a["agent"]: a["jobs"] for a in figures["agents"]}
     return {
@@ -113,17 +124,81 @@ def measure(events: int, work: Path) -> dict[str, object]:
         "generate_s": round(generated_s, 1),
         "compaction_s": round(compact_s, 1),
         "report_from_parquet_s": round(report_s, 1),
+        "report_unsummarized_s": round(unsummarized_s, 1),
         "duckdb_same_figures_s": round(duckdb_s, 2),
         "spark_over_duckdb": round(report_s / duckdb_s, 1),
         "same_jobs_per_agent": duck_agents == spark_agents,
     }
 
 
+BARE_SPARK = (
+    "from pyspark.sql import SparkSession\n"
+    "SparkSession.builder.master('local[*]').getOrCreate().range(1).count()\n"
+)
+
+
+def _move_jobs(source: Path, logs: Path) -> None:
+    for folder in source.iterdir():
+        folder.rename(logs / folder.name)
+
+
+def _report_twice(exe: str, home: Path, work: Path, seed: int) -> tuple[float, float]:
+    """A first report of 100 jobs (nothing kept from before), then one after 10 new jobs."""
+    from delegate.report.generator import Spec, generate
+
+    generate(home / "logs", Spec(jobs=100, seed=seed))
+    generate(work / "new", Spec(jobs=10, seed=seed + 1))
+    env = {**os.environ, "DELEGATE_HOME": str(home)}
+    out = str(work / "out")
+    first = run([exe, "report", "--format", "json", "--out", out], env)
+    _move_jobs(work / "new", home / "logs")
+    return first, run([exe, "report", "--format", "json", "--out", out], env)
+
+
+def measure_small(work: Path, rounds: int, baseline: str | None) -> dict[str, object]:
+    """Bare Spark start + count, then the two reports (with `baseline`'s delegate too, when
+    given); `rounds` times, interleaved so that all of them see the same machine."""
+    import sys
+
+    exes = {"now": delegate_exe(), **({"baseline": baseline} if baseline else {})}
+    bare: list[float] = []
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in exes}
+    for n in range(rounds):
+        bare.append(run([sys.executable, "-c", BARE_SPARK], dict(os.environ)))
+        for name, exe in exes.items():
+            where = work / f"{name}-{n}"
+            times[name].append(_report_twice(exe, where / "state", where, seed=100 + 2 * n))
+    out: dict[str, object] = {
+        "rounds": rounds,
+        "bare_spark_start_and_count_s": [round(v, 2) for v in bare],
+    }
+    for name, pairs in times.items():
+        first = statistics.median(p[0] for p in pairs)
+        second = statistics.median(p[1] for p in pairs)
+        out[name] = {
+            "exe": exes[name],
+            "report_100_jobs_s": [round(p[0], 2) for p in pairs],
+            "report_after_10_new_jobs_s": [round(p[1], 2) for p in pairs],
+            "first_over_bare": round(first / statistics.median(bare), 2),
+            "second_over_first": round(second / first, 2),
+            "meets_targets": first <= 1.3 * statistics.median(bare) and second <= 0.5 * first,
+        }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="1000000,10000000")
     parser.add_argument("--work", type=Path, default=None, help="keep the data here")
+    parser.add_argument("--small", action="store_true", help="100 jobs beside a bare Spark")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --small")
+    parser.add_argument("--baseline", help="another delegate executable to time beside this one")
     args = parser.parse_args()
+    if args.small:
+        with tempfile.TemporaryDirectory(prefix="delegate-report-bench-") as tmp:
+            small = measure_small(args.work or Path(tmp), args.rounds, args.baseline)
+        emit({"benchmark": "delegate report of 100 jobs vs a bare SparkSession", **small})
+        return
     sizes = [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="delegate-report-bench-") as tmp:
         work = args.work or Path(tmp)

@@ -28,6 +28,7 @@ SCRIPTS = [
     "worktree.py",
     "remote_submit.py",  # these two build network namespaces: root only
     "remote_fleet.py",
+    "report_scale.py --small",  # 100 jobs beside a bare Spark start, then 10 new jobs
 ]  # report_scale.py (1M and 10M events) takes many minutes: run it on its own
 
 
@@ -36,15 +37,17 @@ def main() -> int:
     results_dir.mkdir(exist_ok=True)
     failed = 0
     for script in sys.argv[1:] or SCRIPTS:
+        name, *args = script.split()
         run = subprocess.run(
-            [sys.executable, str(HERE / script)], capture_output=True, text=True, cwd=HERE
+            [sys.executable, str(HERE / name), *args], capture_output=True, text=True, cwd=HERE
         )
         if run.returncode != 0:
             print(f"{script} failed:\n{run.stderr}", file=sys.stderr)
             failed += 1
             continue
         result = json.loads(run.stdout)
-        (results_dir / script.replace(".py", ".json")).write_text(run.stdout)
+        stem = "-".join([name.removesuffix(".py"), *(a.strip("-") for a in args)])
+        (results_dir / f"{stem}.json").write_text(run.stdout)
         print(json.dumps({script: result}, indent=2))
     return 1 if failed else 0
 

@@ -23,12 +23,13 @@ Definitions (the tests recompute each one in plain Python):
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 from datetime import date
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
@@ -69,23 +70,32 @@ COLUMNS = [f.name for f in LINE_SCHEMA.fields]
 EXAMPLES = 3  # example job ids per failure reason
 
 
+# What a small local job needs from Spark: no UI, no progress bars, few shuffle partitions
+# (adaptive execution merges them further), and a JVM that starts quickly.
+SMALL_JOB = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.adaptive.enabled": "true",
+}
+# One collector thread and no optimizing compiler: a report is over before either pays off.
+FAST_START_JVM = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+
+
 def spark_session(
     master: str | None = None, *, app: str = "delegate-report", verbose: bool = False
 ) -> SparkSession:
-    """A small Spark for a report: no UI, no progress bars, few shuffle partitions, and its
-    logs at error level (warnings too when `verbose`)."""
+    """A small Spark for a report (SMALL_JOB, FAST_START_JVM), its logs at error level
+    (warnings too when `verbose`)."""
     log_config = Path(__file__).with_name("log4j2.properties")
-    builder = (
-        SparkSession.builder.appName(app)
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.ui.showConsoleProgress", "false")
-    )
+    builder = SparkSession.builder.appName(app)
+    for key, value in SMALL_JOB.items():
+        builder = builder.config(key, value)
+    java_options = FAST_START_JVM
     if not verbose:
-        builder = builder.config(
-            "spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_config}"
-        )
+        java_options += f" -Dlog4j.configurationFile=file:{log_config}"
+    builder = builder.config("spark.driver.extraJavaOptions", java_options)
     if master:
         builder = builder.master(master)
     elif "spark.master" not in builder._options:
@@ -98,28 +108,45 @@ def spark_session(
 def parse_lines(raw: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(usable lines with a parsed time `t`, malformed lines) from lines read with RAW_SCHEMA."""
     parsed = raw.withColumn("t", F.to_timestamp("ts"))
-    usable = (
+    return parsed.filter(usable()).select(*COLUMNS, "t"), parsed.filter(~usable())
+
+
+def usable() -> Column:
+    """A line the report counts: JSON, with a job, a kind and a time (`t`, parsed)."""
+    return (
         F.col(CORRUPT).isNull()
         & F.col("job_id").isNotNull()
         & F.col("kind").isNotNull()
         & F.col("t").isNotNull()
     )
-    return parsed.filter(usable).select(*COLUMNS, "t"), parsed.filter(~usable)
 
 
 def read_ndjson(spark: SparkSession, paths: list[str]) -> tuple[DataFrame, int]:
     """Lines of events.ndjson files and the number of malformed lines among them."""
     if not paths:
         return spark.createDataFrame([], LINE_SCHEMA).withColumn("t", F.to_timestamp("ts")), 0
-    raw = (
+    lines, malformed = parse_lines(read_raw(spark, paths))
+    return lines, malformed.count()
+
+
+def read_raw(spark: SparkSession, paths: list[str]) -> DataFrame:
+    """The lines of `paths` as RAW_SCHEMA with their job `folder`, cached: Spark refuses a
+    query on the corrupt column of an uncached source. Each read is cached as its own: Spark's
+    cache matches plans, not file contents, so a second read of the same grown files would get
+    the first one's rows."""
+    return (
         spark.read.schema(RAW_SCHEMA)
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", CORRUPT)
         .json(paths)
-        .cache()  # Spark refuses a query on the corrupt column of an uncached source
+        .withColumn("folder", F.regexp_extract(F.input_file_name(), _FOLDER, 1))
+        .withColumn("_read", F.lit(next(_READS)))
+        .cache()
     )
-    lines, malformed = parse_lines(raw)
-    return lines, malformed.count()
+
+
+_READS = itertools.count()  # tells reads apart (read_raw)
+_FOLDER = r"/([^/]+)/events\.ndjson$"  # the job folder of a log, from Spark's file name
 
 
 def read_status(spark: SparkSession, pattern: str) -> DataFrame:
@@ -238,16 +265,23 @@ def _failure_reason(error: Any) -> Any:
     )
 
 
-def job_frame(lines: DataFrame, status: DataFrame) -> DataFrame:
-    """One row per job: its log's marks and figures joined with its status.json."""
+def log_summary(lines: DataFrame) -> DataFrame:
+    """One row per job of what its log lines say (marks, event figures, rejected messages):
+    everything the report needs from the lines, small enough to keep between reports."""
     # An exact duplicate line counts once. Events (grouped by job and seq) and the status marks
     # (min/max) are immune to duplicates already; only counted lines need de-duplicating, which
     # spares a shuffle of every line.
     return (
         _marks(lines)
-        .join(_status_fields(status), "job_id", "left")
         .join(_event_stats(lines), "job_id", "left")
         .join(_rejected(lines), "job_id", "left")
+    )
+
+
+def jobs_from_summary(summary: DataFrame, status: DataFrame) -> DataFrame:
+    """One row per job from its log summary (`log_summary`) joined with its status.json."""
+    return (
+        summary.join(_status_fields(status), "job_id", "left")
         .select(
             "job_id",
             F.coalesce("status", "last_status", F.lit("pending")).alias("status"),
@@ -360,7 +394,14 @@ def compute_frames(
     """The report's tables as DataFrames (for Parquet output); `lines` carry a parsed `t`.
 
     With `since`, only jobs registered on or after that day (UTC) are counted."""
-    jobs = job_frame(lines, status)
+    return frames_from_summary(log_summary(lines), status, since=since)
+
+
+def frames_from_summary(
+    summary: DataFrame, status: DataFrame, *, since: date | None = None
+) -> dict[str, DataFrame]:
+    """`compute_frames` from the jobs' log summaries (`log_summary`) rather than their lines."""
+    jobs = jobs_from_summary(summary, status)
     if since is not None:
         jobs = jobs.filter(F.to_date("registered_at") >= F.lit(since))
     jobs = jobs.cache()  # every other table is computed from it
@@ -414,15 +455,39 @@ def resource_frame(spark: SparkSession, events: list[tuple[Any, ...]]) -> DataFr
     )
 
 
-def _rows(frame: DataFrame) -> list[dict[str, Any]]:
+def _utc(frame: DataFrame) -> list[Column]:
     # Timestamps leave Spark as UTC text: PySpark would make them naive local datetimes.
-    utc = [
+    return [
         F.date_format(f.name, "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").alias(f.name)
         if f.dataType.typeName() == "timestamp"
         else F.col(f.name)
         for f in frame.schema.fields
     ]
-    return [row.asDict(recursive=True) for row in frame.select(*utc).collect()]
+
+
+def _all_rows(frames: dict[str, DataFrame]) -> dict[str, list[dict[str, Any]]]:
+    """Every table's rows in one Spark job: each row as JSON text tagged with its table, so the
+    tables (built from one cached jobs frame) share one action instead of one each."""
+    as_json = [
+        frame.select(
+            F.lit(name).alias("table"),
+            F.monotonically_increasing_id().alias("n"),
+            F.to_json(F.struct(*_utc(frame)), {"ignoreNullFields": "false"}).alias("row"),
+        )
+        for name, frame in frames.items()
+    ]
+    union = as_json[0]
+    for part in as_json[1:]:
+        union = union.unionByName(part)
+    tables: dict[str, list[tuple[int, dict[str, Any]]]] = {name: [] for name in frames}
+    for record in union.collect():
+        tables[record["table"]].append((record["n"], json.loads(record["row"])))
+    days = {f.name for f in frames["days"].schema.fields if f.dataType.typeName() == "date"}
+    out = {name: [r for _, r in sorted(rows, key=lambda r: r[0])] for name, rows in tables.items()}
+    for day_row in out.get("days", []):
+        for name in days:  # dates come back as dates, as collect() gives them
+            day_row[name] = None if day_row[name] is None else date.fromisoformat(day_row[name])
+    return out
 
 
 def compute(
@@ -433,7 +498,8 @@ def compute(
 
 def collect(frames: dict[str, DataFrame], *, malformed: int = 0) -> Report:
     """Bring the tables to the driver as plain rows."""
-    jobs = sorted(_rows(frames["jobs"]), key=lambda j: (str(j["registered_at"]), j["job_id"]))
+    rows = _all_rows(frames)
+    jobs = sorted(rows["jobs"], key=lambda j: (str(j["registered_at"]), j["job_id"]))
     seen = [j["first_seen_at"] for j in jobs if j["first_seen_at"]]
     last = [j["last_seen_at"] for j in jobs if j["last_seen_at"]]
     totals = {
@@ -446,13 +512,13 @@ def collect(frames: dict[str, DataFrame], *, malformed: int = 0) -> Report:
         "covers_from": min(seen) if seen else None,  # same-format UTC text: orders as time
         "covers_to": max(last) if last else None,
     }
-    resources = _rows(frames["resources"]) if "resources" in frames else []
-    failures = _rows(frames["failures"]) if "failures" in frames else []
+    resources = rows.get("resources", [])
+    failures = rows.get("failures", [])
     return Report(
         jobs,
-        _rows(frames["agents"]),
-        _rows(frames["sessions"]),
-        _rows(frames["days"]),
+        rows["agents"],
+        rows["sessions"],
+        rows["days"],
         totals,
         resources,
         sorted(failures, key=lambda f: (-f["jobs"], f["reason"])),

@@ -184,21 +184,29 @@ def _run(
     from delegate.report import compact as compaction
 
     # pyspark: as above
-    from delegate.report.figures import collect, compute_frames, read_ndjson, read_status
+    from delegate.report.figures import (
+        collect,
+        compute_frames,
+        frames_from_summary,
+        read_ndjson,
+        read_status,
+    )
     from delegate.report.output import write  # pyspark (through report.figures): as above
+    from delegate.report.summaries import summarize  # pyspark: as above
 
     generated_at = datetime.now(UTC)
     compacted = compaction.compact(spark, logs, store) if compact else None
-    if compaction.has_store(spark, logs, store):
-        lines, malformed = compaction.read_store(spark, logs, store)
-    elif local:
-        lines, malformed = read_ndjson(
-            spark, [str(p) for p in sorted(Path(logs).glob("*/events.ndjson"))]
-        )
-    else:
-        lines, malformed = read_ndjson(spark, [f"{logs.rstrip('/')}/*/events.ndjson"])
     status = read_status(spark, f"{logs.rstrip('/')}/*/status.json")
-    frames = compute_frames(lines, status, since=since_day)
+    if local:  # only the logs changed since the last report are read (report.summaries)
+        summaries = summarize(spark, Path(logs), Path(store))
+        frames = frames_from_summary(summaries.frame, status, since=since_day)
+        malformed = summaries.malformed
+    else:
+        if compaction.has_store(spark, logs, store):
+            lines, malformed = compaction.read_store(spark, logs, store)
+        else:
+            lines, malformed = read_ndjson(spark, [f"{logs.rstrip('/')}/*/events.ndjson"])
+        frames = compute_frames(lines, status, since=since_day)
     coordination = _coordination_events(state) if own else []
     if coordination:
         from delegate.report.figures import resource_frame  # pyspark: see run_report
