@@ -189,10 +189,14 @@ class LiveTable:
             try:
                 heard = self._take_messages()
                 with self._busy:
+                    # the events of listed jobs first: a registry sync may read a later event
+                    # from the log, and each event heard is to be shown before it is passed
+                    known = [h for h in heard if h.job_id in self._jobs]
+                    new = [h for h in heard if h.job_id not in self._jobs]
+                    self._apply_heard(known)
                     if self._registry_moved():
                         self._sync_registry()
-                    if heard:
-                        self._apply_heard(heard)
+                    self._apply_heard(new)
                     if time.monotonic() - self._tmux_at >= TMUX_REFRESH_S:
                         self._refresh_tmux()
             except DelegateError as exc:  # a bus or registry hiccup: say so, keep serving
