@@ -291,7 +291,11 @@ class LiveTable:
                 self._forget(job_id)
                 continue
             self._jobs[job_id] = job
-            self._read_events(job_id)
+            if old is None or old.status is not job.status:
+                # a record rewritten by a `progress` brings no event the bus does not (its log
+                # may be ahead of the bus: read now, it would pass over an event not yet shown);
+                # a log grown without the bus is read on the tmux rhythm
+                self._read_events(job_id)
             if job.status.terminal:
                 self._mtimes.pop(job_id, None)
                 self._event_sizes.pop(job_id, None)
