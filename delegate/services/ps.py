@@ -129,8 +129,11 @@ def _end_reason(job: Job, queue_position: int | None, waiting: str | None) -> st
     return (job.error or "-") if job.status.terminal else "-"
 
 
-def waiting_reasons(state: State, jobs: list[Job]) -> dict[str, str]:
-    """Why each queued job among `jobs` has not started: its dependencies, its group, a cap."""
+def waiting_reasons(
+    state: State, jobs: list[Job], open_jobs: list[Job] | None = None
+) -> dict[str, str]:
+    """Why each queued job among `jobs` has not started: its dependencies, its group, a cap.
+    `open_jobs`: the open jobs when the caller has them already (else read from the index)."""
     queued = [j for j in jobs if j.status is JobState.QUEUED]
     if not queued:
         return {}
@@ -138,7 +141,8 @@ def waiting_reasons(state: State, jobs: list[Job]) -> dict[str, str]:
     from delegate.services.jobs.launch import busy_now, caps, gate_for
 
     cap, gate, busy = caps(state), gate_for(state, queued), busy_now(state)
-    open_jobs = state.registry.open_jobs()
+    if open_jobs is None:
+        open_jobs = state.registry.open_jobs()
     slots = Slots(open_jobs, busy)  # counted once for every queued job
     reasons = {}
     for job in queued:
@@ -148,17 +152,28 @@ def waiting_reasons(state: State, jobs: list[Job]) -> dict[str, str]:
     return reasons
 
 
-def rows(
-    state: State,
-    *,
-    show_all: bool = False,
-    limit: int = 10,
-    tmux: Tmux | None = None,
-    group: str | None = None,
-) -> Listing:
-    now = datetime.now(UTC)
-    jobs = _listed_jobs(state, show_all=show_all, limit=limit, group=group)
-    waiting = waiting_reasons(state, jobs)
+class TmuxFacts(NamedTuple):
+    """What the session inventory and tmux said of some jobs' sessions, asked once for all."""
+
+    default_socket: str
+    sessions: dict[str, Session]
+    views: dict[str, TmuxView]
+    panes: dict[tuple[str, str], Pane]
+    note: str | None  # tmux servers that could not be asked
+
+
+class RowContext(NamedTuple):
+    """What a row needs beyond its own job: the clock, the tmux facts, the queue."""
+
+    now: datetime
+    tmux: TmuxFacts
+    positions: dict[str, int]  # a queued job's place in the queue, from 1
+    waiting: dict[str, str]  # a queued job: why it has not started yet
+
+
+def tmux_facts(state: State, jobs: list[Job], tmux: Tmux | None = None) -> TmuxFacts:
+    """The sessions of `jobs` from the inventory and one tmux query per socket that may
+    still hold one of them."""
     names = sorted({j.session for j in jobs if j.session})
     inventory = SessionInventory(state.layout.sessions_db)
     sessions = (
@@ -173,42 +188,73 @@ def rows(
     panes: dict[tuple[str, str], Pane] = {
         (sock, p.session): p for sock, v in views.items() for p in v.panes
     }
-    position = 0
-    out = []
-    for job in jobs:
-        session = sessions.get(job.session or "")
-        socket = job.tmux_socket or default
-        live = _liveness(job, session, views.get(socket), panes.get((socket, job.session or "")))
-        queue_position = None
-        if job.status is JobState.QUEUED:
-            position += 1
-            queue_position = position
-        hosted = session is not None and session.job_id == job.job_id
-        event, detail = _last_event(state, job.job_id)
-        duration, ended = job_timing(job, now)
-        out.append(
-            Row(
-                job.job_id,
-                job.status.value,
-                job.session or "-",
-                session.state.value if hosted and session else "-",
-                live,
-                job.agent or "-",
-                round(_age_s(job, now), 1),
-                event,
-                queue_position,
-                job.host,
-                duration_s=duration,
-                end_reason=_end_reason(job, queue_position, waiting.get(job.job_id)),
-                started_at=job.started_at,
-                ended_at=ended,
-                last_detail=detail,
-                group=job.group,
-                waiting_for=waiting.get(job.job_id),
-                attempt=attempt_label(job),
-            )
-        )
-    return Listing(out, note)
+    return TmuxFacts(default, sessions, views, panes, note)
+
+
+def queue_positions(jobs: list[Job]) -> dict[str, int]:
+    """Each queued job's place among the queued ones of `jobs`, in the order listed."""
+    queued = (j.job_id for j in jobs if j.status is JobState.QUEUED)
+    return {job_id: place for place, job_id in enumerate(queued, start=1)}
+
+
+def row_context(state: State, jobs: list[Job], tmux: Tmux | None = None) -> RowContext:
+    """Everything `row_for` needs for the rows of `jobs` (in their listed order)."""
+    return RowContext(
+        datetime.now(UTC),
+        tmux_facts(state, jobs, tmux),
+        queue_positions(jobs),
+        waiting_reasons(state, jobs),
+    )
+
+
+def row_for(
+    state: State, job: Job, context: RowContext, event: tuple[str, str] | None = None
+) -> Row:
+    """The one definition of a `ps` row. `event`: the job's last event and its detail when
+    the caller knows them already (else read from the end of its audit log)."""
+    facts = context.tmux
+    session = facts.sessions.get(job.session or "")
+    socket = job.tmux_socket or facts.default_socket
+    pane = facts.panes.get((socket, job.session or ""))
+    live = _liveness(job, session, facts.views.get(socket), pane)
+    queue_position = context.positions.get(job.job_id)
+    waiting = context.waiting.get(job.job_id)
+    hosted = session is not None and session.job_id == job.job_id
+    last, detail = event if event is not None else _last_event(state, job.job_id)
+    duration, ended = job_timing(job, context.now)
+    return Row(
+        job.job_id,
+        job.status.value,
+        job.session or "-",
+        session.state.value if hosted and session else "-",
+        live,
+        job.agent or "-",
+        round(_age_s(job, context.now), 1),
+        last,
+        queue_position,
+        job.host,
+        duration_s=duration,
+        end_reason=_end_reason(job, queue_position, waiting),
+        started_at=job.started_at,
+        ended_at=ended,
+        last_detail=detail,
+        group=job.group,
+        waiting_for=waiting,
+        attempt=attempt_label(job),
+    )
+
+
+def rows(
+    state: State,
+    *,
+    show_all: bool = False,
+    limit: int = 10,
+    tmux: Tmux | None = None,
+    group: str | None = None,
+) -> Listing:
+    jobs = _listed_jobs(state, show_all=show_all, limit=limit, group=group)
+    context = row_context(state, jobs, tmux)
+    return Listing([row_for(state, job, context) for job in jobs], context.tmux.note)
 
 
 def _listed_jobs(state: State, *, show_all: bool, limit: int, group: str | None) -> list[Job]:

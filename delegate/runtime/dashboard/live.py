@@ -1,12 +1,21 @@
 """The dashboard's live table: one thread follows every job's events on the bus and the
-registry's changes, rebuilds the table when something changed, and hands each listener the
-rows that differ.
+registry's changes, and hands each listener the rows that changed.
 
-Events come from the bus (an all-jobs subscription wakes as a message lands). Registry changes
-(a job registered, ended, cancelled; a record rewritten) show as a new mtime of `jobs/` (each
-record is replaced by a rename), `jobs/open/` and `finished.log`, checked between bus waits.
-An event's own line may reach the audit log a moment after the bus has it, so a verified
-event overlays the row's last event until the log catches up.
+The table is built once (`services.ps`, as `delegate ps` lists it: the open jobs and the latest
+that ended) and then kept up to date a row at a time, never rebuilt whole:
+
+- an event heard on the bus for job J (verified with J's token) changes J's row only: its last
+  event, and its state when the event moves it (started: running; completed, error: ended).
+  An event's own line reaches the audit log a moment after the bus has it, so the event
+  overlays the row until the log (and the record) catch up;
+- a registry change (a record is replaced by a rename, so `jobs/` gets a new mtime, as do
+  `jobs/open/` and `finished.log`) reloads only the records that changed: the entries of
+  `jobs/open/` and each open record's mtime are compared with what the table was built from,
+  and the growth of `finished.log` names the jobs that ended since;
+- queue positions and what queued jobs wait for are recomputed only when the open jobs
+  changed state or membership;
+- tmux facts (the LIVE column) are asked again on the monitor's 5 s rhythm, or at once when a
+  job started, ended or arrived.
 """
 
 from __future__ import annotations
@@ -16,19 +25,22 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
 
 from delegate.adapters.bus import Bus, Subscription
 from delegate.core.errors import DelegateError
+from delegate.core.model import EVENT_TARGET_STATE, EventType, Job, JobState, validate_job_id
 from delegate.core.protocol import parse_envelope, verify
-from delegate.runtime.dashboard.snapshot import CostBook, table
+from delegate.runtime.dashboard.snapshot import row_dict
+from delegate.services import ps
 from delegate.services.state import State
 
 log = logging.getLogger(__name__)
 
 WAIT_S = 0.05  # how long one bus wait lasts before the registry's mtimes are looked at
 TMUX_REFRESH_S = 5.0  # tmux facts (the LIVE column) on the monitor's rhythm
-DRAIN = 512  # messages taken in one go before the table is rebuilt once for all of them
+DRAIN = 512  # messages taken in one go before the registry is looked at again
 
 Listener = Callable[[dict[str, Any]], None]
 
@@ -49,6 +61,52 @@ def _seq_of(last_event: str) -> int:
     return int(head) if head.isdigit() else 0
 
 
+def _mtime_ns(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def _size(path: os.PathLike[str] | str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+class Heard(NamedTuple):
+    """A verified event of a job, as the bus brought it."""
+
+    job_id: str
+    seq: int
+    event: str
+    detail: str
+
+
+def _moved_by(job: Job, event: str) -> Job:
+    """`job` as its verified `event` leaves it, before its record says so."""
+    try:
+        target = EVENT_TARGET_STATE.get(EventType(event))
+    except ValueError:
+        return job
+    if target is None or job.status.terminal or job.status is target:
+        return job
+    if target is JobState.RUNNING and job.status is not JobState.RUNNING:
+        return job._replace(status=target, started_at=job.started_at or job.updated_at)
+    return job._replace(status=target) if target.terminal else job
+
+
+def _caught_up(job: Job, event: str) -> bool:
+    """Whether `job`'s record says what its `event` moved it to."""
+    return _moved_by(job, event).status is job.status
+
+
+def _place(job: Job, row: dict[str, Any]) -> tuple[bool, str, str]:
+    """Where `ps` lists a row: the open jobs, then those that ended, each oldest first."""
+    return (JobState(row["state"]).terminal, job.created_at, job.job_id)
+
+
 class LiveTable:
     """The current table, kept up to date by `run` on its own thread."""
 
@@ -57,40 +115,53 @@ class LiveTable:
         self.recent = recent
         self._bus = bus
         self._subscription: Subscription | None = None
-        self._costs = CostBook(state)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the rows and listeners, as listeners see them
+        self._busy = threading.Lock()  # held while the rows are worked on (`refresh` may come
+        # from a request's thread while the follower works)
+        self._order: dict[str, tuple[bool, str, str]] = {}  # job id -> its place in `ps`
         self._listeners: set[Listener] = set()
         self._rows: dict[str, dict[str, Any]] = {}
         self._note: str | None = None
-        self._overlay: dict[str, tuple[int, str, str]] = {}  # job -> (seq, event, detail)
-        self._marks: tuple[int, ...] = ()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.version = 0
+        # what the rows were built from (touched only by the thread that keeps them)
+        self._jobs: dict[str, Job] = {}  # listed job id -> its record as last read
+        self._mtimes: dict[str, int | None] = {}  # open job id -> its record's mtime then
+        self._events: dict[str, tuple[str, str]] = {}  # job id -> (last event, detail)
+        self._event_sizes: dict[str, int] = {}  # open job id -> its events file's size then
+        self._overlay: dict[str, Heard] = {}  # job id -> an event its log and record lack yet
+        self._ended: list[str] = []  # the latest ended jobs listed, the newest last
+        self._finished_size = 0  # how much of finished.log was read
+        self._marks: tuple[int | None, ...] = ()
+        self._context: ps.RowContext | None = None
+        self._tmux_at = 0.0
 
     # --- what listeners see ------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            rows = list(self._rows.values())
-            return {"version": self.version, "rows": rows, "note": self._note, "full": True}
+            return self._full()
 
     def listen(self, listener: Listener) -> dict[str, Any]:
         """Add `listener` (called on this object's thread with each change) and return the
         snapshot it starts from, taken under the same lock so no change falls between."""
         with self._lock:
             self._listeners.add(listener)
-            rows = list(self._rows.values())
-            return {"version": self.version, "rows": rows, "note": self._note, "full": True}
+            return self._full()
 
     def unlisten(self, listener: Listener) -> None:
         with self._lock:
             self._listeners.discard(listener)
 
+    def _full(self) -> dict[str, Any]:
+        rows = [self._rows[key] for key in sorted(self._rows, key=self._order.__getitem__)]
+        return {"version": self.version, "rows": rows, "note": self._note, "full": True}
+
     # --- the thread ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.refresh()
+        self.rebuild()
         ready = threading.Event()
         self._thread = threading.Thread(
             target=self._run, args=(ready,), name="dashboard-live", daemon=True
@@ -114,77 +185,270 @@ class LiveTable:
             self._subscription.close()
 
     def _follow(self) -> None:
-        last_full = time.monotonic()
         while not self._stop.is_set():
             try:
                 heard = self._take_messages()
-                moved = self._registry_moved()
-                due = time.monotonic() - last_full >= TMUX_REFRESH_S
-                if heard or moved or due:
-                    self.refresh()
-                    last_full = time.monotonic()
+                with self._busy:
+                    # the events of listed jobs first: a registry sync may read a later event
+                    # from the log, and each event heard is to be shown before it is passed
+                    known = [h for h in heard if h.job_id in self._jobs]
+                    new = [h for h in heard if h.job_id not in self._jobs]
+                    self._apply_heard(known)
+                    if self._registry_moved():
+                        self._sync_registry()
+                    self._apply_heard(new)
+                    if time.monotonic() - self._tmux_at >= TMUX_REFRESH_S:
+                        self._refresh_tmux()
             except DelegateError as exc:  # a bus or registry hiccup: say so, keep serving
                 log.warning("dashboard: live table not refreshed: %s", exc)
                 time.sleep(WAIT_S)
 
-    def _take_messages(self) -> bool:
+    def _take_messages(self) -> list[Heard]:
         assert self._subscription is not None
         message = self._subscription.get(timeout=WAIT_S)
-        taken = 0
+        heard: list[Heard] = []
         while message is not None:
-            self._note_event(message.job_id, message.payload)
-            taken += 1
-            if taken >= DRAIN:
+            verified = self._verified(message.job_id, message.payload)
+            if verified is not None:
+                heard.append(verified)
+            if len(heard) >= DRAIN:
                 break
             message = self._subscription.get(timeout=0)
-        return taken > 0
+        return heard
 
-    def _note_event(self, job_id: str, payload: bytes) -> None:
-        """Overlay a verified event on its job's row (its audit line may not be written yet)."""
+    def _verified(self, job_id: str, payload: bytes) -> Heard | None:
         envelope = parse_envelope(payload)
         if not isinstance(envelope, dict) or envelope.get("job_id") != job_id:
-            return
+            return None
+        job = self._jobs.get(job_id)
         try:
-            token = self.state.registry.get(job_id).auth_token
+            token = (
+                job.auth_token if job is not None else self.state.registry.get(job_id).auth_token
+            )
         except DelegateError:
-            return
-        if verify(envelope, token):
-            seq, event, detail = envelope["seq"], envelope["event"], envelope["detail"]
-            if seq > self._overlay.get(job_id, (0, "", ""))[0]:
-                self._overlay[job_id] = (seq, event, detail)
+            return None
+        if not verify(envelope, token):
+            return None
+        return Heard(job_id, envelope["seq"], envelope["event"], str(envelope["detail"] or ""))
 
     def _registry_moved(self) -> bool:
         jobs = self.state.registry.root
-        marks = []
-        for path in (jobs, jobs / "open", jobs / "finished.log"):
-            try:
-                marks.append(os.stat(path).st_mtime_ns)
-            except FileNotFoundError:
-                marks.append(0)
-        if tuple(marks) == self._marks:
+        marks = tuple(_mtime_ns(str(p)) for p in (jobs, jobs / "open", jobs / "finished.log"))
+        if marks == self._marks:
             return False
-        self._marks = tuple(marks)
+        self._marks = marks
         return True
 
-    # --- rebuilding ----------------------------------------------------------------------------
+    # --- building and keeping the rows --------------------------------------------------------
+
+    def rebuild(self) -> None:
+        """Build the whole table from the registry (at start)."""
+        with self._busy:
+            self._registry_moved()
+            registry = self.state.registry
+            self._finished_size = _size(registry.root / "finished.log")
+            self._mtimes = {
+                name: _mtime_ns(str(registry.root / f"{name}.json"))
+                for name in os.listdir(registry.open_dir)
+            }
+            open_jobs = registry.open_jobs()
+            latest = registry.recent_finished(self.recent)  # newest first
+            ended = sorted(latest, key=lambda j: (j.created_at, j.job_id))
+            self._jobs = {j.job_id: j for j in open_jobs + ended}
+            self._ended = [j.job_id for j in reversed(latest)]
+            self._events = {}
+            for job in open_jobs + ended:
+                self._read_events(job.job_id)
+            self._context = ps.row_context(self.state, open_jobs + ended)
+            self._tmux_at = time.monotonic()
+            self._publish(list(self._jobs), self._context.tmux.note)
 
     def refresh(self) -> None:
-        built = table(self.state, self._costs, recent=self.recent)
-        rows: dict[str, dict[str, Any]] = built["rows"]
-        self._apply_overlay(rows)
+        """Bring the table up to the registry now (after an action of this process's own)."""
+        with self._busy:
+            self._registry_moved()
+            self._sync_registry()
+
+    def _read_events(self, job_id: str) -> None:
+        self._event_sizes[job_id] = _size(self.state.audit.events_path(job_id))
+        self._events[job_id] = ps.last_event_detail(self.state, job_id)
+
+    def _sync_registry(self) -> None:
+        """Reload the records that changed since the table was built from them."""
+        changed = self._changed_records()
+        if not changed:
+            return
+        moved = False  # a job arrived, left or changed state: the queue and tmux may differ
+        gone = []
+        for job_id in changed:
+            old = self._jobs.get(job_id)
+            try:
+                job = self.state.registry.get(job_id)
+            except DelegateError:
+                job = None
+            if job is None or not (job.status.terminal or job_id in self._mtimes):
+                gone.append(job_id)  # vanished, or open but out of the index: `ps` skips it
+                self._forget(job_id)
+                continue
+            self._jobs[job_id] = job
+            if old is None or old.status is not job.status:
+                # a record rewritten by a `progress` brings no event the bus does not (its log
+                # may be ahead of the bus: read now, it would pass over an event not yet shown);
+                # a log grown without the bus is read on the tmux rhythm
+                self._read_events(job_id)
+            if job.status.terminal:
+                self._mtimes.pop(job_id, None)
+                self._event_sizes.pop(job_id, None)
+                if job_id in self._ended:
+                    self._ended.remove(job_id)
+                self._ended.append(job_id)
+            moved = moved or old is None or old.status is not job.status
+        gone += self._trim_ended()
+        if moved or gone:
+            self._refresh_queue()
+            self._refresh_tmux()  # every row again, with the new facts
+        else:
+            self._publish(sorted(changed & self._jobs.keys()), self._note)
+        if gone:
+            self._publish([], self._note, removed=gone)
+
+    def _changed_records(self) -> set[str]:
+        """Open jobs whose record is new or rewritten, jobs that left the open index, and the
+        jobs finished.log names since it was last read."""
+        registry = self.state.registry
+        root = str(registry.root)
+        try:
+            open_now = set(os.listdir(registry.open_dir))
+        except FileNotFoundError:
+            open_now = set()
+        changed = set()
+        for name in open_now:
+            mtime = _mtime_ns(f"{root}/{name}.json")
+            if name not in self._mtimes or self._mtimes[name] != mtime:
+                try:
+                    validate_job_id(name)
+                except DelegateError:
+                    continue
+                self._mtimes[name] = mtime
+                changed.add(name)
+        left = [j for j in self._mtimes if j not in open_now]
+        for job_id in left:
+            del self._mtimes[job_id]
+        changed.update(left)
+        changed.update(self._newly_ended())
+        return changed
+
+    def _newly_ended(self) -> list[str]:
+        path = self.state.registry.root / "finished.log"
+        try:
+            with path.open("rb") as handle:
+                handle.seek(self._finished_size)
+                grown = handle.read()
+        except FileNotFoundError:
+            return []
+        whole = grown[: grown.rfind(b"\n") + 1]  # a line still being written: next time
+        self._finished_size += len(whole)
+        return [line.decode("ascii", "replace") for line in whole.split(b"\n") if line]
+
+    def _trim_ended(self) -> list[str]:
+        """Drop the ended jobs beyond the `recent` latest; return their ids."""
+        if len(self._ended) <= self.recent:
+            return []
+        cut = len(self._ended) - self.recent
+        gone, self._ended = self._ended[:cut], self._ended[cut:]
+        for job_id in gone:
+            self._forget(job_id)
+        return gone
+
+    def _forget(self, job_id: str) -> None:
+        self._jobs.pop(job_id, None)
+        self._events.pop(job_id, None)
+        self._overlay.pop(job_id, None)
+        self._mtimes.pop(job_id, None)
+        self._event_sizes.pop(job_id, None)
+        if job_id in self._ended:
+            self._ended.remove(job_id)
+
+    def _open_jobs(self) -> list[Job]:
+        return sorted(
+            (j for j in self._jobs.values() if not j.status.terminal),
+            key=lambda j: (j.created_at, j.job_id),
+        )
+
+    def _refresh_queue(self) -> None:
+        assert self._context is not None
+        open_jobs = self._open_jobs()
+        self._context = self._context._replace(
+            positions=ps.queue_positions(open_jobs),
+            waiting=ps.waiting_reasons(self.state, open_jobs, open_jobs),
+        )
+
+    def _refresh_tmux(self) -> None:
+        """Ask tmux again and redo every row with its facts (and any event a bus did not
+        bring: an events file that grew)."""
+        assert self._context is not None
+        jobs = list(self._jobs.values())
+        facts = ps.tmux_facts(self.state, jobs)
+        self._context = self._context._replace(now=datetime.now(UTC), tmux=facts)
+        self._tmux_at = time.monotonic()
+        for job_id in list(self._event_sizes):
+            if _size(self.state.audit.events_path(job_id)) != self._event_sizes[job_id]:
+                self._read_events(job_id)
+        self._publish(list(self._jobs), facts.note)
+
+    def _apply_heard(self, heard: list[Heard]) -> None:
+        """Each event changes its job's row; a job heard twice in one go is shown twice."""
+        batch: list[str] = []
+        for event in heard:
+            shown = self._overlay.get(event.job_id)
+            if event.job_id not in self._jobs or (shown is not None and shown.seq >= event.seq):
+                continue
+            if _seq_of(self._events.get(event.job_id, ("", ""))[0]) >= event.seq:
+                continue
+            if event.job_id in batch:
+                self._publish(batch, self._note)
+                batch = []
+            self._overlay[event.job_id] = event
+            batch.append(event.job_id)
+        if batch:
+            self._publish(batch, self._note)
+
+    def _row(self, job_id: str) -> dict[str, Any]:
+        """A job's row, from its record and last event with any event heard ahead of them."""
+        assert self._context is not None
+        job = self._jobs[job_id]
+        event = self._events.get(job_id, ("", ""))
+        heard = self._overlay.get(job_id)
+        if heard is not None:
+            if _seq_of(event[0]) >= heard.seq and _caught_up(job, heard.event):
+                del self._overlay[job_id]  # the log and the record have it now
+            else:
+                if _seq_of(event[0]) < heard.seq:
+                    event = (f"{heard.seq} {heard.event}", heard.detail)
+                job = _moved_by(job, heard.event)
+        context = self._context._replace(now=datetime.now(UTC))
+        row = ps.row_for(self.state, job, context, event)
+        return row_dict(row, job.cost_usd if job.status.terminal else None)
+
+    def _publish(
+        self, job_ids: list[str], note: str | None, removed: list[str] | None = None
+    ) -> None:
+        """Hand listeners the rows of `job_ids` that differ from what they have."""
+        built = {job_id: self._row(job_id) for job_id in job_ids if job_id in self._jobs}
         now = time.time()
         with self._lock:
             changed = []
-            for key, row in rows.items():
-                old = self._rows.get(key)
-                if old is not None and _same(old, row):
-                    rows[key] = old  # keep the times the page already counts from
-                else:
+            for key, row in built.items():
+                if not _same(self._rows.get(key), row):
                     row["as_of"] = now
+                    self._rows[key] = row
+                    self._order[key] = _place(self._jobs[key], row)
                     changed.append(row)
-            removed = [key for key in self._rows if key not in rows]
-            note_changed = built["note"] != self._note
-            self._rows, self._note = rows, built["note"]
+            removed = [key for key in removed or () if self._rows.pop(key, None) is not None]
+            for key in removed:
+                self._order.pop(key, None)
+            note_changed = note != self._note
+            self._note = note
             if not (changed or removed or note_changed):
                 return
             self.version += 1
@@ -198,11 +462,3 @@ class LiveTable:
             listeners = list(self._listeners)
         for listener in listeners:
             listener(delta)
-
-    def _apply_overlay(self, rows: dict[str, dict[str, Any]]) -> None:
-        for job_id, (seq, event, detail) in list(self._overlay.items()):
-            row = rows.get(job_id)
-            if row is None or _seq_of(row["last_event"]) >= seq:
-                del self._overlay[job_id]  # the audit log has it now (or the row is gone)
-                continue
-            row["last_event"], row["last_detail"] = f"{seq} {event}", detail

@@ -131,10 +131,17 @@ class Dashboard:
         self.live = live
         self.guard = guard
         self.options = options
-        page = (STATIC / "index.html").read_text()
-        self.page = page.replace("{{CSRF}}", guard.csrf).replace(
-            "{{READ_ONLY}}", "true" if options.read_only else "false"
+        # The style and the script are inlined, and the table as it is now is put in the page
+        # itself: the first paint needs one response, not four round trips (issue 21).
+        page = (
+            (STATIC / "index.html")
+            .read_text()
+            .replace("{{CSRF}}", guard.csrf)
+            .replace("{{READ_ONLY}}", "true" if options.read_only else "false")
+            .replace("{{CSS}}", (STATIC / "app.css").read_text())
+            .replace("{{JS}}", (STATIC / "app.js").read_text())
         )
+        self.page_head, self.page_tail = page.split("{{TABLE}}", 1)
 
     def routes(self) -> list[Route]:
         return [
@@ -151,7 +158,9 @@ class Dashboard:
         ]
 
     async def index(self, request: Request) -> Response:
-        return HTMLResponse(self.page, headers={"cache-control": "no-store"})
+        table = _script_json(self.live.snapshot())
+        page = self.page_head + table + self.page_tail
+        return HTMLResponse(page, headers={"cache-control": "no-store"})
 
     async def asset(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -211,9 +220,13 @@ class Dashboard:
         return JSONResponse({"sent": True})
 
     async def events(self, request: Request) -> Response:
-        return EventSourceResponse(self._stream(), ping=15, send_timeout=30)
+        after = request.query_params.get("after", "")
+        shown = int(after) if after.isdigit() else None
+        return EventSourceResponse(self._stream(shown), ping=15, send_timeout=30)
 
-    async def _stream(self) -> AsyncIterator[dict[str, Any]]:
+    async def _stream(self, shown: int | None) -> AsyncIterator[dict[str, Any]]:
+        """The table's changes; the whole table first unless the page has version `shown`
+        (the one put in the page) and nothing changed since."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
@@ -222,12 +235,18 @@ class Dashboard:
 
         first = self.live.listen(listener)
         try:
-            yield {"event": "table", "data": json.dumps(first)}
+            if first["version"] != shown:
+                yield {"event": "table", "data": json.dumps(first)}
             while True:
                 change = await queue.get()
                 yield {"event": "table", "data": json.dumps(change)}
         finally:
             self.live.unlisten(listener)
+
+
+def _script_json(value: Any) -> str:
+    """`value` as JSON to put inside a <script> element: no `<` can end it early."""
+    return json.dumps(value, separators=(",", ":")).replace("<", "\\u003c")
 
 
 def build_app(state: State, live: LiveTable, guard: Guard, options: Options) -> ASGIApp:

@@ -1,5 +1,5 @@
 """What the dashboard shows, as JSON-ready dicts, built from the services the CLI uses
-(`services.ps.rows` for the table, `services.logs` for a job's trail, `services.session.peek`
+(`services.ps.row_for` for the table, `services.logs` for a job's trail, `services.session.peek`
 for its pane, `services.remote.host_rows` for hosts): never a second copy of their logic."""
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ JOB_FIELDS = (
     "wall_timeout_s",
     "idle_timeout_s",
 )
-TERMINAL_STATES = frozenset({"completed", "failed", "cancelled"})
+TERMINAL_STATES = frozenset(
+    {"completed", "error", "failed", "cancelled"}
+)  # "failed": rows as older code named them
 
 
 def row_dict(row: ps.Row, cost_usd: float | None) -> dict[str, Any]:
@@ -64,32 +66,6 @@ def row_dict(row: ps.Row, cost_usd: float | None) -> dict[str, Any]:
         "group": row.group,
         "waiting_for": row.waiting_for,
     }
-
-
-class CostBook:
-    """The cost of each ended job, read once from its record (an ended record no longer changes;
-    an open job has no cost yet: the agent reports it with its final word)."""
-
-    def __init__(self, state: State) -> None:
-        self._state = state
-        self._known: dict[str, float | None] = {}
-
-    def cost(self, row: ps.Row) -> float | None:
-        if row.job_state not in TERMINAL_STATES:
-            return None
-        if row.job_id not in self._known:
-            try:
-                self._known[row.job_id] = self._state.registry.get(row.job_id).cost_usd
-            except DelegateError:
-                return None
-        return self._known[row.job_id]
-
-
-def table(state: State, costs: CostBook, *, recent: int) -> dict[str, Any]:
-    """The open jobs and the `recent` latest that ended, keyed by job id, as `ps` lists them."""
-    listing = ps.rows(state, limit=recent)
-    rows = {r.job_id: row_dict(r, costs.cost(r)) for r in listing.rows}
-    return {"rows": rows, "note": listing.tmux_note}
 
 
 def job_fields(job: Job) -> dict[str, Any]:

@@ -38,6 +38,7 @@ STATE_STYLES = {
     "running": "green",
     "queued": "yellow",
     "pending": "cyan",
+    "error": "red",
     "failed": "red",
     "cancelled": "magenta",
     "completed": "dim",
