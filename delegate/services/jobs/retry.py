@@ -206,6 +206,6 @@ def follow_attempts(
             return result
         following = state.registry.get(job.retried_by)
         label = attempt_label(following)
-        note(f"job {job.job_id} {job.error}: attempt {label} is {following.job_id}")
+        note(f"job {job.job_id} ended ({job.error}); attempt {label} follows as {following.job_id}")
         result = follow_existing(state, following, wait=True, emit=emit, note=note)
     return result
