@@ -85,15 +85,15 @@ def test_rows_say_why_a_queued_job_waits_and_flag_permission_requests():
     asking = {"job_id": "0000000b", "state": "running", "last_event": "3 permission_required"}
     asking["last_detail"] = "may I push?"
     assert view.needs_permission(asking)
-    assert view.what_happens(asking) == "3 permission_required: may I push?"
+    assert view.what_happens(asking) == "ASKS: may I push?"
     assert not view.needs_permission({**asking, "state": "cancelled"})
     ended = {"job_id": "0000000c", "state": "failed", "last_event": "", "end_reason": "lost"}
     assert view.what_happens(ended) == "lost"
     assert "1 ASK PERMISSION" in view.counts([queued, asking, ended])
     assert view.matches(asking, "PERMISSION 0000000b") and not view.matches(asking, "queued")
-    shown_columns = view.columns(with_attempt=False)
-    assert "attempt" not in [c.key for c in shown_columns]
-    assert "attempt" in [c.key for c in view.columns(with_attempt=True)]
+    shown_columns = view.columns()
+    retried = {**asking, "state": "error", "attempt": "2/3"}
+    assert view.cells(retried, shown_columns, event_width=20)[1] == "error 2/3"  # as ps shows it
     line = view.cells(
         {**asking, "last_detail": "x" * 200},
         shown_columns,
@@ -135,7 +135,7 @@ def test_a_new_job_row_appears_within_300_ms_of_its_started(home: Path, tmux_env
             latencies.append(time.monotonic() - sent)
         # a permission request is marked in the header (and highlighted in its row)
         publish_event(state, job_id, "permission_required", detail="may I push?")
-        await until(pilot, lambda: "permission_required" in cell(app, job_id, "event"))
+        await until(pilot, lambda: cell(app, job_id, "event") == "ASKS: may I push?")
         head = str(app.query_one("#head").render())
         assert "1 ASK PERMISSION" in head
         job_cell = table(app).get_cell(job_id, "job")

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from delegate.adapters.audit import PUBLISHED, RECEIVED, parse_line
 from delegate.core.errors import DelegateError
 from delegate.core.eventlines import audit_line
-from delegate.core.model import Job
+from delegate.core.retry import attempt_label
 from delegate.core.timefmt import human_duration
 from delegate.runtime.dashboard.snapshot import TERMINAL_STATES
 from delegate.services.logs import follow_log
@@ -22,9 +22,6 @@ from delegate.services.session import peek
 from delegate.services.state import State
 
 PERMISSION_EVENT = "permission_required"
-# Retries (issue 21's `attempt`) are not in every version of the record: the column shows only
-# where the Job has the field.
-HAS_ATTEMPT = "attempt" in Job._fields
 EVENT_KINDS = (PUBLISHED, RECEIVED)
 
 
@@ -36,18 +33,17 @@ class Column(NamedTuple):
 
 COLUMNS = (
     Column("job", "JOB", 8),
-    Column("state", "STATE", 9),
+    Column("state", "STATE", 11),  # with the attempt, as `ps` shows it: `running 2/3`
     Column("agent", "AGENT", 6),
     Column("group", "GROUP", 6),
     Column("time", "TIME", 6),
-    Column("attempt", "TRY", 3),
     Column("cost", "COST", 6),
     Column("event", "EVENT / WAITS FOR", None),
 )
 
 
-def columns(*, with_attempt: bool = HAS_ATTEMPT) -> list[Column]:
-    return [c for c in COLUMNS if with_attempt or c.key != "attempt"]
+def columns() -> list[Column]:
+    return list(COLUMNS)
 
 
 def event_width(screen_width: int, shown: list[Column], padding: int = 1) -> int:
@@ -81,6 +77,8 @@ def what_happens(row: dict[str, Any]) -> str:
         return f"waits for {row.get('waiting_for') or 'a slot'}"
     event = str(row.get("last_event") or "")
     detail = str(row.get("last_detail") or "")
+    if needs_permission(row):  # what it asks first: the column is short at 80 wide
+        return f"ASKS: {detail}" if detail else "ASKS permission"
     said = f"{event}: {detail}" if event and detail else event
     if row.get("state") in TERMINAL_STATES and row.get("end_reason") not in (None, "", "-"):
         said = f"{said} ({row['end_reason']})" if said else str(row["end_reason"])
@@ -95,11 +93,10 @@ def cells(row: dict[str, Any], shown: list[Column], *, event_width: int) -> list
     """The row's text for each of the `shown` columns, each cut to its width."""
     values = {
         "job": row["job_id"],
-        "state": row.get("state") or "-",
+        "state": " ".join(filter(None, (row.get("state") or "-", row.get("attempt")))),
         "agent": row.get("agent") or "-",
         "group": row.get("group") or "-",
         "time": human_duration(elapsed(row)),
-        "attempt": str(row.get("attempt") or "-"),
         "cost": cost_text(row.get("cost_usd")),
         "event": what_happens(row),
     }
@@ -116,7 +113,7 @@ def matches(row: dict[str, Any], needle: str) -> bool:
     session or free column (case does not matter)."""
     if not needle.strip():
         return True
-    fields = ("job_id", "state", "agent", "group", "session")
+    fields = ("job_id", "state", "agent", "group", "session", "last_event")
     hay = " ".join([*(str(row.get(k) or "") for k in fields), what_happens(row)]).lower()
     return all(word in hay for word in needle.lower().split())
 
@@ -137,16 +134,14 @@ def counts(rows: list[dict[str, Any]]) -> str:
 
 
 def with_attempts(state: State, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows with each job's attempt from its record, where records have one."""
-    if not HAS_ATTEMPT:
-        return rows
+    """The rows with each job's attempt label from its record (`2/3`; empty for a first)."""
     out = []
     for row in rows:
         try:
-            attempt = getattr(state.registry.get(row["job_id"]), "attempt", None)
+            label = attempt_label(state.registry.get(row["job_id"]))
         except DelegateError:
-            attempt = None
-        out.append({**row, "attempt": attempt})
+            label = ""
+        out.append({**row, "attempt": label})
     return out
 
 
