@@ -118,3 +118,21 @@ def test_ended_jobs_move_below_and_the_table_stays_what_ps_lists(
     states = {r["job_id"]: r["state"] for r in table.snapshot()["rows"]}
     waiting = state.registry.get(jobs[3]).status.value
     assert states == {jobs[1]: "completed", jobs[2]: "completed", jobs[3]: waiting}
+
+
+def test_a_retried_job_leaves_for_its_next_attempt_as_in_ps(
+    state: State, live: tuple[LiveTable, Heard]
+) -> None:
+    table, heard = live
+    first = register_job(state, command="false")[0].job_id
+    publish_event(state, first, "started")
+    publish_event(state, first, "error", detail="exit 1")
+    retry_until(lambda: any(r["state"] == "error" for r in heard.rows_of(first)))
+    # the next attempt is registered first and linked from the first one after, as retry does
+    second = register_job(state, command="false")[0].job_id
+    state.registry.update(second, retry_of=first)
+    retry_until(lambda: heard.rows_of(second))
+    state.registry.update(first, retried_by=second)
+    retry_until(lambda: any(first in d.get("removed", ()) for d in list(heard.deltas)))
+    listed = {r.job_id for r in ps.rows(state, limit=2).rows}
+    assert {r["job_id"] for r in table.snapshot()["rows"]} == listed == {second}

@@ -10,8 +10,8 @@ that ended) and then kept up to date a row at a time, never rebuilt whole:
   overlays the row until the log (and the record) catch up;
 - a registry change (a record is replaced by a rename, so `jobs/` gets a new mtime, as do
   `jobs/open/` and `finished.log`) reloads only the records that changed: the entries of
-  `jobs/open/` and each open record's mtime are compared with what the table was built from,
-  and the growth of `finished.log` names the jobs that ended since;
+  `jobs/open/` and each open record's inode and mtime are compared with what the table was
+  built from, and the growth of `finished.log` names the jobs that ended since;
 - queue positions and what queued jobs wait for are recomputed only when the open jobs
   changed state or membership;
 - tmux facts (the LIVE column) are asked again on the monitor's 5 s rhythm, or at once when a
@@ -61,11 +61,17 @@ def _seq_of(last_event: str) -> int:
     return int(head) if head.isdigit() else 0
 
 
-def _mtime_ns(path: str) -> int | None:
+# A file as last seen: inode, mtime, size. A record is replaced by a rename, so a rewrite is a
+# new inode even within one tick of the file system's coarse clock (mtime alone can miss it).
+Seen = tuple[int, int, int] | None
+
+
+def _seen(path: str) -> Seen:
     try:
-        return os.stat(path).st_mtime_ns
+        found = os.stat(path)
     except FileNotFoundError:
         return None
+    return (found.st_ino, found.st_mtime_ns, found.st_size)
 
 
 def _size(path: os.PathLike[str] | str) -> int:
@@ -127,13 +133,18 @@ class LiveTable:
         self.version = 0
         # what the rows were built from (touched only by the thread that keeps them)
         self._jobs: dict[str, Job] = {}  # listed job id -> its record as last read
-        self._mtimes: dict[str, int | None] = {}  # open job id -> its record's mtime then
+        self._open_seen: dict[str, Seen] = {}  # open job id -> its record as last seen
         self._events: dict[str, tuple[str, str]] = {}  # job id -> (last event, detail)
         self._event_sizes: dict[str, int] = {}  # open job id -> its events file's size then
         self._overlay: dict[str, Heard] = {}  # job id -> an event its log and record lack yet
         self._ended: list[str] = []  # the latest ended jobs listed, the newest last
+        # ended jobs whose retry was registered before its link (`retried_by`) was written:
+        # their records are watched until it is, and the row then leaves as in `ps`
+        self._linking: dict[str, Seen] = {}
         self._finished_size = 0  # how much of finished.log was read
-        self._marks: tuple[int | None, ...] = ()
+        self._marks: tuple[Seen, ...] = ()
+        self._settling = False  # the registry moved at the last look: look again once
+        self._synced_at = 0.0
         self._context: ps.RowContext | None = None
         self._tmux_at = 0.0
 
@@ -194,7 +205,7 @@ class LiveTable:
                     known = [h for h in heard if h.job_id in self._jobs]
                     new = [h for h in heard if h.job_id not in self._jobs]
                     self._apply_heard(known)
-                    if self._registry_moved():
+                    if self._registry_due():
                         self._sync_registry()
                     self._apply_heard(new)
                     if time.monotonic() - self._tmux_at >= TMUX_REFRESH_S:
@@ -231,9 +242,20 @@ class LiveTable:
             return None
         return Heard(job_id, envelope["seq"], envelope["event"], str(envelope["detail"] or ""))
 
+    def _registry_due(self) -> bool:
+        """Whether to look at the registry's records: its folders or finished.log moved, or
+        moved at the last look (a second change within the same tick of the file system's
+        clock leaves a folder's mtime as it was), or on the tmux rhythm in any case."""
+        moved = self._registry_moved()
+        due = moved or self._settling or time.monotonic() - self._synced_at >= TMUX_REFRESH_S
+        self._settling = moved
+        if due:
+            self._synced_at = time.monotonic()
+        return due
+
     def _registry_moved(self) -> bool:
         jobs = self.state.registry.root
-        marks = tuple(_mtime_ns(str(p)) for p in (jobs, jobs / "open", jobs / "finished.log"))
+        marks = tuple(_seen(str(p)) for p in (jobs, jobs / "open", jobs / "finished.log"))
         if marks == self._marks:
             return False
         self._marks = marks
@@ -247,8 +269,8 @@ class LiveTable:
             self._registry_moved()
             registry = self.state.registry
             self._finished_size = _size(registry.root / "finished.log")
-            self._mtimes = {
-                name: _mtime_ns(str(registry.root / f"{name}.json"))
+            self._open_seen = {
+                name: _seen(str(registry.root / f"{name}.json"))
                 for name in os.listdir(registry.open_dir)
             }
             open_jobs = registry.open_jobs()
@@ -286,7 +308,7 @@ class LiveTable:
                 job = self.state.registry.get(job_id)
             except DelegateError:
                 job = None
-            if job is None or not (job.status.terminal or job_id in self._mtimes):
+            if job is None or not (job.status.terminal or job_id in self._open_seen):
                 gone.append(job_id)  # vanished, or open but out of the index: `ps` skips it
                 self._forget(job_id)
                 continue
@@ -297,12 +319,13 @@ class LiveTable:
                 # a log grown without the bus is read on the tmux rhythm
                 self._read_events(job_id)
             if job.status.terminal:
-                self._mtimes.pop(job_id, None)
+                self._open_seen.pop(job_id, None)
                 self._event_sizes.pop(job_id, None)
                 if job_id in self._ended:
                     self._ended.remove(job_id)
                 self._ended.append(job_id)
             moved = moved or old is None or old.status is not job.status
+            self._watch_link(job)
         gone += self._trim_ended()
         if moved or gone:
             self._refresh_queue()
@@ -323,20 +346,33 @@ class LiveTable:
             open_now = set()
         changed = set()
         for name in open_now:
-            mtime = _mtime_ns(f"{root}/{name}.json")
-            if name not in self._mtimes or self._mtimes[name] != mtime:
+            seen = _seen(f"{root}/{name}.json")
+            if name not in self._open_seen or self._open_seen[name] != seen:
                 try:
                     validate_job_id(name)
                 except DelegateError:
                     continue
-                self._mtimes[name] = mtime
+                self._open_seen[name] = seen
                 changed.add(name)
-        left = [j for j in self._mtimes if j not in open_now]
+        left = [j for j in self._open_seen if j not in open_now]
         for job_id in left:
-            del self._mtimes[job_id]
+            del self._open_seen[job_id]
         changed.update(left)
         changed.update(self._newly_ended())
+        for job_id, before in list(self._linking.items()):
+            seen = _seen(f"{root}/{job_id}.json")
+            if seen != before:
+                self._linking[job_id] = seen
+                changed.add(job_id)
         return changed
+
+    def _watch_link(self, job: Job) -> None:
+        """A new attempt of a listed job: watch that job until its record names it."""
+        earlier = self._jobs.get(job.retry_of or "")
+        if earlier is not None and not earlier.retried_by:  # (its end may not be read yet)
+            self._linking[earlier.job_id] = None
+        if job.retried_by:
+            self._linking.pop(job.job_id, None)
 
     def _newly_ended(self) -> list[str]:
         path = self.state.registry.root / "finished.log"
@@ -364,8 +400,9 @@ class LiveTable:
         self._jobs.pop(job_id, None)
         self._events.pop(job_id, None)
         self._overlay.pop(job_id, None)
-        self._mtimes.pop(job_id, None)
+        self._open_seen.pop(job_id, None)
         self._event_sizes.pop(job_id, None)
+        self._linking.pop(job_id, None)
         if job_id in self._ended:
             self._ended.remove(job_id)
 
@@ -433,8 +470,12 @@ class LiveTable:
     def _publish(
         self, job_ids: list[str], note: str | None, removed: list[str] | None = None
     ) -> None:
-        """Hand listeners the rows of `job_ids` that differ from what they have."""
-        built = {job_id: self._row(job_id) for job_id in job_ids if job_id in self._jobs}
+        """Hand listeners the rows of `job_ids` that differ from what they have; an attempt
+        that was retried is shown by its latest attempt, as `ps` does."""
+        listed = [j for j in job_ids if j in self._jobs]
+        retried = [j for j in listed if self._jobs[j].retried_by]
+        built = {j: self._row(j) for j in listed if not self._jobs[j].retried_by}
+        removed = [*(removed or ()), *retried]
         now = time.time()
         with self._lock:
             changed = []
@@ -444,7 +485,7 @@ class LiveTable:
                     self._rows[key] = row
                     self._order[key] = _place(self._jobs[key], row)
                     changed.append(row)
-            removed = [key for key in removed or () if self._rows.pop(key, None) is not None]
+            removed = [key for key in removed if self._rows.pop(key, None) is not None]
             for key in removed:
                 self._order.pop(key, None)
             note_changed = note != self._note
