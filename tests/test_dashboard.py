@@ -22,23 +22,12 @@ from delegate.core.model import JobState
 from delegate.services.jobs.register import register_job
 from delegate.services.state import State
 
+from .browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 from .helpers import cli_env, delegate_cmd, retry_until, run_cli, submit_shell
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 pytest.importorskip("sse_starlette")
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = Path(__file__).resolve().parent.parent / ".cache" / "artifacts"
 
 
 class Server(NamedTuple):

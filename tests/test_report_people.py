@@ -24,20 +24,10 @@ from delegate.core.timefmt import human_duration
 from delegate.report.common import to_json
 from delegate.report.figures import compute, read_ndjson, read_status
 
+from .browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 from .helpers import cli_env, delegate_cmd
 from .pty_run import run_in_pty
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = Path(__file__).resolve().parent.parent / ".cache" / "artifacts"
 START = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)
 GENERATED = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
