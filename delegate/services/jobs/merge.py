@@ -14,7 +14,6 @@ branch), else the branch the person's checkout has checked out.
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -25,6 +24,7 @@ from delegate.adapters.fsio import FileLock
 from delegate.core.errors import GitError, UsageError
 from delegate.core.model import Job
 from delegate.core.timefmt import record_timestamp
+from delegate.services.jobs.submit import split_command
 from delegate.services.state import State
 from delegate.services.worktrees import chain, worktree_of
 
@@ -46,15 +46,7 @@ class CheckResult(NamedTuple):
 
 def parse_check(text: str | None) -> list[str] | None:
     """`--check CMD`: split into words as a shell would; never run by one."""
-    if text is None:
-        return None
-    try:
-        argv = shlex.split(text)
-    except ValueError as exc:
-        raise UsageError(f"--check cannot be split into words: {exc}") from None
-    if not argv:
-        raise UsageError("--check is empty")
-    return argv
+    return split_command(text, "--check")
 
 
 def run_check(argv: list[str], cwd: Path, env: Mapping[str, str]) -> CheckResult:

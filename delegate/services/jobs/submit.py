@@ -196,16 +196,25 @@ def check_queue_rules(state: State, request: SubmitRequest) -> None:
         )
 
 
-def parse_on_event(text: str | None) -> list[str] | None:
-    """`--on-event CMD`: split into words as a shell would; it is never run by one."""
+def split_command(text: str | None, option: str) -> list[str] | None:
+    """A command given as text (`--on-event`, `--check`): split into words as a shell would,
+    never run by one; UsageError naming `option` when it cannot be split or is empty."""
     if text is None:
         return None
     try:
         argv = shlex.split(text)
     except ValueError as exc:
-        raise UsageError(f"--on-event cannot be split into words: {exc}") from None
+        raise UsageError(f"{option} cannot be split into words: {exc}") from None
     if not argv:
-        raise UsageError("--on-event is empty")
+        raise UsageError(f"{option} is empty")
+    return argv
+
+
+def parse_on_event(text: str | None) -> list[str] | None:
+    """`--on-event CMD`: split into words as a shell would; it is never run by one."""
+    argv = split_command(text, "--on-event")
+    if argv is None:
+        return None
     if shutil.which(argv[0]) is None:  # refused now, not found out in the audit later
         where = "is not an executable file" if "/" in argv[0] else "is not on PATH"
         raise UsageError(f"--on-event: {argv[0]} {where}")
