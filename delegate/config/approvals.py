@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from delegate.config.tomlfile import checked_table
 from delegate.core.approvals import BEHAVIOURS, DEFAULT_TIMEOUT_S, DENY, ApprovalSettings, Rule
 from delegate.core.errors import ConfigError
 
@@ -23,11 +24,7 @@ def approval_settings(config: Mapping[str, Any], source: Path) -> ApprovalSettin
     if table is None:
         return ApprovalSettings()
     where = f"{source} [approvals]"
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where} must be a table")
-    unknown = table.keys() - {"timeout", "on_timeout", "rules"}
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    table = checked_table(table, where, {"timeout", "on_timeout", "rules"})
     timeout = table.get("timeout", DEFAULT_TIMEOUT_S)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ConfigError(f"{where}: timeout must be a positive number of seconds")

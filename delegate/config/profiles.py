@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeGuard
 
 from delegate.config.settings import CONFIG_ENV, settings
-from delegate.config.tomlfile import read_toml
+from delegate.config.tomlfile import checked_table, read_toml
 from delegate.core.caps import Caps
 from delegate.core.errors import ConfigError, UsageError
 
@@ -352,11 +352,7 @@ class WorktreeConfig(NamedTuple):
 def worktree_config(config: Mapping[str, Any], source: Path) -> WorktreeConfig:
     table = config.get("worktree", {})
     where = f"{source} [worktree]"
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where} must be a table")
-    unknown = table.keys() - {"default", "keep_max_gb", "keep_days"}
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    table = checked_table(table, where, {"default", "keep_max_gb", "keep_days"})
     default = table.get("default", False)
     if not isinstance(default, bool):
         raise ConfigError(f"{where}: default must be true or false")
@@ -380,11 +376,7 @@ def notifier(config: Mapping[str, Any], source: Path) -> tuple[list[str], tuple[
     if table is None:
         return None
     where = f"{source} [notify]"
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where} must be a table")
-    unknown = table.keys() - {"command", "events"}
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    table = checked_table(table, where, {"command", "events"})
     command = table.get("command")
     if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
         raise ConfigError(f"{where}: command must be a non-empty list of strings (an argv)")

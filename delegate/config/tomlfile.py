@@ -24,3 +24,14 @@ def read_toml(path: Path, where: str = "", *, missing_ok: bool = False) -> dict[
         raise ConfigError(f"{prefix}cannot read {path}: {exc.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{prefix}{path}: {exc}") from None
+
+
+def checked_table(table: object, where: str, keys: set[str] | frozenset[str]) -> dict[str, Any]:
+    """A table of delegate.toml (`where` names it in errors), checked to be a table holding
+    only `keys`; ConfigError saying which is not."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table")
+    unknown = table.keys() - keys
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    return table
