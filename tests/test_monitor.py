@@ -522,3 +522,22 @@ def test_taking_over_a_launch_never_restarts_the_job_already_running(
     assert marker.read_text() == "run\n"
     assert taken is None  # nothing was started: not reported as a launch
     Tmux(tmux_env["DELEGATE_TMUX_SOCKET"], tmux_env).kill(str(job.session), job_id=job.job_id)
+
+
+def test_a_killed_launcher_not_yet_reaped_counts_as_gone():
+    """A zombie keeps its pid and start time; a job it had claimed must still be launched."""
+    from delegate.adapters.tmux import process_start
+    from delegate.services.jobs.launch import launcher_alive
+
+    child = subprocess.Popen(["sleep", "30"])
+    launcher = {"pid": child.pid, "start": process_start(child.pid)}
+    try:
+        assert launcher_alive(launcher)
+        os.kill(child.pid, signal.SIGKILL)
+        # not reaped: /proc still shows it (state Z) with the same start time
+        retry_until(lambda: not alive(child.pid), timeout=10)
+        assert process_start(child.pid) == launcher["start"]
+        assert not launcher_alive(launcher)
+    finally:
+        child.wait()
+    assert not launcher_alive(launcher)

@@ -18,7 +18,7 @@ from typing import Any
 from delegate.adapters.bus import keeps_history
 from delegate.adapters.groups import GroupBook
 from delegate.adapters.sessions_db import SessionError, SessionInventory
-from delegate.adapters.tmux import Tmux, process_start, processes_of_job, terminate
+from delegate.adapters.tmux import Tmux, alive, process_start, processes_of_job, terminate
 from delegate.config.profiles import max_running_caps, read_config
 from delegate.config.settings import HOME_ENV, JOB_ENV, TMUX_SOCKET_ENV
 from delegate.core.caps import Caps, Gate, busy_sessions, may_start
@@ -82,7 +82,9 @@ def launcher_alive(launcher: Mapping[str, Any] | None) -> bool:
     if not launcher:
         return False
     pid = launcher.get("pid")
-    return isinstance(pid, int) and process_start(pid) == launcher.get("start")
+    # a launcher killed but not yet reaped (its parent gone, the reaper slow) is a zombie: it
+    # keeps its pid and start time, yet will never launch anything
+    return isinstance(pid, int) and process_start(pid) == launcher.get("start") and alive(pid)
 
 
 def tmux_for(state: State, job: Job) -> Tmux:
