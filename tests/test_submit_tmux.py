@@ -572,3 +572,63 @@ def test_on_sqlite_a_late_supervisor_loses_no_event_so_no_one_waits_for_it(home:
     received = [e["event"] for e in state.audit.read_events(job_id, "received")]
     assert received == ["started", "progress", "completed"]
     assert (home / "logs" / job_id / "subscriber.ready").exists()
+
+
+# Runs `delegate publish` in-process, then names which of the direct path's modules it loaded.
+PUBLISH_AND_LIST_LOADED = """
+import sys
+from delegate.__main__ import main
+code = main(sys.argv[1:])
+heavy = ("delegate.adapters.registry", "delegate.adapters.bus", "delegate.services.state")
+print("LOADED", [name for name in heavy if name in sys.modules], file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_a_publish_from_outside_the_pane_is_served_by_the_jobs_wrapper(
+    home: Path, tmux_env, tmp_path: Path
+):
+    gate = tmp_path / "gate"
+    script = f"while [ ! -e {gate} ]; do sleep 0.05; done"
+    submitted = submit_shell(home, tmux_env, tmp_path, script, "--no-wait")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    sock = home / "logs" / job_id / "publish.sock"
+    retry_until(sock.exists, timeout=30)
+    argv = ["publish", "--job", job_id, "--event", "progress", "--detail", "from outside"]
+    served = subprocess.run(
+        [sys.executable, "-c", PUBLISH_AND_LIST_LOADED, *argv],
+        env=cli_env(home, tmux_env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert served.returncode == 0, served.stderr
+    receipt = json.loads(served.stdout)
+    assert receipt["job_id"] == job_id and receipt["event"] == "progress"
+    assert "LOADED []" in served.stderr  # the wrapper published it: no registry, no bus here
+    published = open_state(home).audit.read_events(job_id, kind="published")
+    assert [e["envelope"]["detail"] for e in published if e["event"] == "progress"] == [
+        "from outside"
+    ]
+    # a refusal comes back as one line with the direct path's exit code
+    again = run_cli(home, "publish", "--job", job_id, "--event", "started", env=tmux_env)
+    assert again.returncode == 67 and "already started" in again.stderr
+    gate.touch()
+    retry_until(lambda: open_state(home).registry.get(job_id).status.terminal, timeout=60)
+    retry_until(lambda: not sock.exists(), timeout=30)  # removed with the wrapper
+
+
+def test_a_publish_finding_a_dead_wrappers_socket_publishes_itself(home: Path, tmux_env):
+    state = open_state(home)
+    job, _ = state.registry.register(agent="shell", workdir=str(home), session="dlg-gone")
+    stale = home / "logs" / job.job_id / "publish.sock"
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(stale))  # bound, never listening, then closed: as a killed wrapper
+    result = run_cli(home, "publish", "--job", job.job_id, "--event", "started", env=tmux_env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["seq"] == 1
+    assert state.registry.get(job.job_id).status is JobState.RUNNING

@@ -6,12 +6,10 @@ Precedence: explicit argument > `DELEGATE_*` environment > default. The environm
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from delegate.config.settings import BUS_ENV, HOME_ENV, XDG_STATE_ENV, settings
+from delegate.config.settings import BUS_ENV, settings, state_home_text
 from delegate.config.statefiles import (
     BUS_DB,
     COORD_DB,
@@ -27,15 +25,9 @@ from delegate.core.errors import ConfigError
 
 def state_home(env: Mapping[str, str] | None = None) -> Path:
     """`$DELEGATE_HOME`, else the platform's user state dir for `delegate`."""
-    env = settings().env if env is None else env
-    explicit = env.get(HOME_ENV)
-    if explicit:
-        return Path(explicit).expanduser().absolute()
-    on_linux = sys.platform.startswith("linux")  # a variable: mypy would drop the other branch
-    if on_linux:  # the XDG rule platformdirs applies, without its 15 ms
-        xdg = env.get(XDG_STATE_ENV, "")
-        base = Path(xdg) if os.path.isabs(xdg) else Path("~/.local/state").expanduser()
-        return (base / "delegate").absolute()
+    text = state_home_text(settings().env if env is None else env)
+    if text is not None:
+        return Path(text)
     from platformdirs import user_state_dir  # platformdirs (~15 ms): macOS and others only
 
     return Path(user_state_dir("delegate")).absolute()

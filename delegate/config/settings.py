@@ -13,6 +13,7 @@ This module is on every fast path (publish, hook, cron run, lock): it imports on
 from __future__ import annotations
 
 import os
+import sys
 
 TYPE_CHECKING = False  # typing (and the re it imports) costs milliseconds on the fast paths
 if TYPE_CHECKING:
@@ -148,6 +149,20 @@ def env_table() -> str:
         cells = [", ".join(f"`{name}`" for name in names), meaning, default]
         lines.append("|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|")
     return "\n".join(lines) + "\n"
+
+
+def state_home_text(env: Mapping[str, str]) -> str | None:
+    """The state dir as text: `$DELEGATE_HOME`, else on Linux the XDG state folder for
+    `delegate`; None elsewhere (the platform's folder comes from platformdirs, see
+    layout.state_home). Plain `os.path`: the publish fast path cannot spare pathlib."""
+    explicit = env.get(HOME_ENV)
+    if explicit:
+        return os.path.join(os.getcwd(), os.path.expanduser(explicit))
+    if not sys.platform.startswith("linux"):
+        return None
+    xdg = env.get(XDG_STATE_ENV, "")
+    base = xdg if os.path.isabs(xdg) else os.path.expanduser("~/.local/state")
+    return os.path.join(os.getcwd(), base, "delegate")
 
 
 def process_env() -> dict[str, str]:

@@ -7,14 +7,13 @@ state asks `check_transition` first, so an illegal move raises instead of being 
 # No `from __future__ import annotations` here: typing.NamedTuple compiles every string
 # annotation into a ForwardRef (49 fields: ~3 ms of each fast path); real types cost nothing.
 
-import re
 from enum import StrEnum
 from typing import Any, NamedTuple
 
 from delegate.core.errors import IllegalTransition, InvalidJobId
+from delegate.core.ids import is_job_id
 
 RECORD_SCHEMA_VERSION = 1
-_JOB_ID = re.compile(r"[0-9a-f]{8}")
 
 
 def validate_job_id(job_id: object) -> str:
@@ -22,7 +21,7 @@ def validate_job_id(job_id: object) -> str:
 
     Called before any path is built from an id, so `../x` never reaches the file system.
     """
-    if not isinstance(job_id, str) or _JOB_ID.fullmatch(job_id) is None:
+    if not is_job_id(job_id):
         raise InvalidJobId(job_id)
     return job_id
 

@@ -6,13 +6,16 @@ it needs. Its options mirror the typer command (a test checks the two stay the s
 
 from __future__ import annotations
 
+import os
 import sys
 
-from delegate.config.settings import settings
+from delegate.config.settings import settings, state_home_text
+from delegate.config.statefiles import LOGS_DIR
 from delegate.core import (
     fastjson as json,  # `json` imports `re`: milliseconds this path cannot spare
 )
 from delegate.core.errors import DelegateError, UsageError, say
+from delegate.core.ids import is_job_id
 
 TYPE_CHECKING = False  # `typing` itself costs milliseconds on this path
 if TYPE_CHECKING:  # importing it for real costs the fast path; only the type checker needs it
@@ -58,12 +61,30 @@ def run_publish(*, job: str | None, event: str, detail: str = "", data: str | No
     return 0
 
 
-def _via_wrapper(args: dict[str, str | None]) -> int | None:
-    """Publish through the pane's wrapper when it serves this job; None to publish directly."""
-    path, own_job = settings().publish_socket, settings().job_id
-    if not path or not own_job or args["job"] not in (None, own_job):
+def _wrapper_socket(job: str | None) -> str | None:
+    """Where the wrapper of the job being published for listens, if one does: this pane's
+    (DELEGATE_PUBLISH_SOCKET), else, for `--job ID` from anywhere, the socket in that job's log
+    folder. The wrapper has the registry and the bus loaded already; this process then only
+    starts Python and sends one request (see adapters/publish_socket)."""
+    current = settings()
+    if current.publish_socket and current.job_id and job in (None, current.job_id):
+        return current.publish_socket
+    if not is_job_id(job):
+        return None  # the direct path says what is wrong with it
+    home = state_home_text(current.env)
+    if home is None:
         return None
-    from delegate.adapters.publish_socket import request  # only inside a pane that serves it
+    path = os.path.join(home, LOGS_DIR, job, "publish.sock")
+    return path if os.path.exists(path) else None
+
+
+def _via_wrapper(args: dict[str, str | None]) -> int | None:
+    """Publish through the job's wrapper when one serves it; None to publish directly (no
+    wrapper, or it is gone: the request never left)."""
+    path = _wrapper_socket(args["job"])
+    if path is None:
+        return None
+    from delegate.adapters.publish_socket import request  # only where a wrapper serves the job
 
     answer = request(path, args)
     if answer is None:
