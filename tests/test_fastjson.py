@@ -34,6 +34,18 @@ def test_dumps_and_loads_agree_with_json(value):
     assert _fastjson.loads(f"  \n{text}\t ") == value
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    documents,
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from([(", ", ": "), (",", ":"), (",", ": ")]),
+)
+def test_dumps_with_options_agrees_with_json(value, sort_keys, ensure_ascii, separators):
+    options = {"sort_keys": sort_keys, "ensure_ascii": ensure_ascii, "separators": separators}
+    assert _fastjson.dumps(value, **options) == json.dumps(value, **options)
+
+
 @pytest.mark.parametrize("text", ["", "{", "not json", '{"a": 1} extra', "[1,]", '"\\x"'])
 def test_bad_documents_raise_what_json_raises(text):
     with pytest.raises(json.JSONDecodeError):
@@ -42,6 +54,8 @@ def test_bad_documents_raise_what_json_raises(text):
 
 def test_what_it_does_not_encode_goes_to_json():
     assert _fastjson.dumps({1: "x"}) == json.dumps({1: "x"})
+    mixed = {"b": 1, 2: "x", "a": None}  # json sorts and converts non-str keys its own way
+    assert _fastjson.dumps(mixed, sort_keys=False) == json.dumps(mixed)
     assert _fastjson.dumps(float("nan")) == "NaN"
     assert math.isinf(_fastjson.loads("Infinity"))
 

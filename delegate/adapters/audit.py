@@ -10,13 +10,13 @@ a reader still skips a line that does not parse rather than failing on the whole
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from delegate.adapters.fsio import append_line, atomic_write, ensure_private_dir
 from delegate.config.logsetup import get_logger
+from delegate.core import fastjson
 from delegate.core.model import Job, JobState, validate_job_id
 from delegate.core.timefmt import record_timestamp
 
@@ -47,6 +47,9 @@ _META_FIELDS = (
 
 
 def _dump(obj: Any) -> bytes:
+    # json's C encoder: writers log often; readers (`ps --json`) load this module without it
+    import json
+
     return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -114,14 +117,14 @@ class AuditLog:
 
     def read_status(self, job_id: str) -> dict[str, Any] | None:
         try:
-            data = json.loads((self.job_dir(job_id) / STATUS).read_bytes())
+            data = fastjson.loads((self.job_dir(job_id) / STATUS).read_bytes())
         except (FileNotFoundError, ValueError):
             return None
         return data if isinstance(data, dict) else None
 
     def read_meta(self, job_id: str) -> dict[str, Any] | None:
         try:
-            data = json.loads((self.job_dir(job_id) / META).read_bytes())
+            data = fastjson.loads((self.job_dir(job_id) / META).read_bytes())
         except (FileNotFoundError, ValueError):
             return None
         return data if isinstance(data, dict) else None
@@ -151,7 +154,7 @@ def parse_line(line: bytes) -> dict[str, Any] | None:
     if not line.endswith(b"\n"):
         return None  # a line still being written, or torn by a crash
     try:
-        entry = json.loads(line)
+        entry = fastjson.loads(line)
     except ValueError:
         return None
     return entry if isinstance(entry, dict) else None

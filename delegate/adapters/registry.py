@@ -19,7 +19,6 @@ released, so the audit trail (status.json) is written in the same order as the r
 from __future__ import annotations
 
 import builtins
-import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +30,7 @@ from typing import Any
 from delegate.adapters.fsio import FileLock, atomic_write, ensure_private_dir, fsync_dir
 from delegate.adapters.registry_keys import KEYS_DIR, job_id_for_key, key_path
 from delegate.config.logsetup import get_logger
+from delegate.core import fastjson
 from delegate.core.errors import (
     CorruptRecord,
     DelegateError,
@@ -64,6 +64,14 @@ CHANGES_MAX = 4 << 20  # bytes; then the log starts over (its readers read every
 FOLLOW_RESCAN_S = 30.0  # a follower of the changes reads every open record this often anyway
 CACHE_SETTLED_NS = 1_000_000_000  # a record is cached once its file is a second old
 CACHE_MAX = 50_000  # records kept parsed (a monitor's open jobs and their dependencies)
+
+
+def _parsed(raw: bytes) -> Any:
+    """A record's JSON, or ValueError("not valid JSON")."""
+    try:
+        return fastjson.loads(raw)
+    except ValueError:
+        raise ValueError("not valid JSON") from None
 
 
 def _file_key(seen: os.stat_result) -> tuple[int, int, int]:
@@ -125,13 +133,13 @@ class Registry:
         except FileNotFoundError:
             raise JobNotFound(job_id) from None
         try:
-            job = Job.from_dict(json.loads(raw))
+            job = Job.from_dict(_parsed(raw))
             if job.job_id != job_id:
                 raise ValueError(f"record names job {job.job_id}")
             self._remember(job, read)
             return job
         except (ValueError, TypeError) as exc:
-            reason = str(exc) if not isinstance(exc, json.JSONDecodeError) else "not valid JSON"
+            reason = str(exc)
             if not quarantine:
                 raise CorruptRecord(job_id, "(not moved)", reason) from None
             moved = self._quarantine(Path(path), reason)
@@ -185,6 +193,9 @@ class Registry:
     ) -> Job:
         if stamp:
             job = job._replace(updated_at=record_timestamp(self._now()))
+        # json's C encoder, for writers; readers (`ps --json`) load this module without it
+        import json
+
         data = json.dumps(job.to_dict(), indent=2, sort_keys=True).encode("utf-8") + b"\n"
         atomic_write(self.path_for(job.job_id), data)
         self._note_change(job.job_id)

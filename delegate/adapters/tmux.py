@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
+import select
 import signal
 import stat
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,7 +22,7 @@ from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import Pane, TmuxView
 
 OWNER_OPTION = "@delegate_job"
-_SESSION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_SESSION_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _FIELDS = (
     "session_name",
     "pane_id",
@@ -57,22 +56,73 @@ class TmuxResult(NamedTuple):
 def run_tmux(socket_path: str, *args: str) -> TmuxResult:
     """Run `tmux -S socket_path ARGS...` (an argument vector, never a shell).
 
-    Raises FileNotFoundError when there is no tmux binary on PATH, subprocess.TimeoutExpired
-    when tmux did not answer within TMUX_TIMEOUT_S (a stopped or hung server)."""
-    done = subprocess.run(  # FileNotFoundError when PATH has no tmux (shutil.which costs 3 ms)
-        ["tmux", f"-S{socket_path}", *args],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        errors="backslashreplace",
-        check=False,
-        timeout=TMUX_TIMEOUT_S,
-    )
-    stdout = done.stdout.split("\n")
+    Raises FileNotFoundError when there is no tmux binary on PATH, TimeoutError when tmux did
+    not answer within TMUX_TIMEOUT_S (a stopped or hung server)."""
+    code, out, err = run_captured(["tmux", f"-S{socket_path}", *args], TMUX_TIMEOUT_S)
+    stdout = out.decode("utf-8", "backslashreplace").split("\n")
     while stdout and stdout[-1] == "":
         stdout.pop()
-    return TmuxResult(done.returncode, stdout, [line for line in done.stderr.split("\n") if line])
+    stderr = [line for line in err.decode("utf-8", "backslashreplace").split("\n") if line]
+    return TmuxResult(code, stdout, stderr)
+
+
+def run_captured(argv: list[str], timeout_s: float) -> tuple[int, bytes, bytes]:
+    """Run `argv` (found on PATH) with stdin from /dev/null and both outputs captured: what
+    `subprocess.run` does, without importing `subprocess` (with threading and selectors it
+    costs `ps --json` ~8 ms). The exit status is negative for a signal, as subprocess gives it.
+
+    Raises FileNotFoundError when `argv[0]` is not on PATH, TimeoutError once `timeout_s` has
+    passed (the process is then killed and reaped)."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_DUP2, out_w, 1),
+        (os.POSIX_SPAWN_DUP2, err_w, 2),
+    ]
+    try:
+        pid = os.posix_spawnp(argv[0], argv, settings().env, file_actions=actions)
+    except BaseException:
+        for fd in (out_r, err_r):
+            os.close(fd)
+        raise
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    try:
+        out, err = _read_both(out_r, err_r, time.monotonic() + timeout_s)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), out, err
+
+
+def _read_both(out_fd: int, err_fd: int, deadline: float) -> tuple[bytes, bytes]:
+    """Everything written to both pipes until both close; TimeoutError at `deadline`. Closes
+    both."""
+    chunks: dict[int, list[bytes]] = {out_fd: [], err_fd: []}
+    poller = select.poll()
+    for fd in chunks:
+        poller.register(fd, select.POLLIN)
+    open_fds = set(chunks)
+    try:
+        while open_fds:
+            left_ms = (deadline - time.monotonic()) * 1000
+            if left_ms <= 0:
+                raise TimeoutError
+            for fd, _ in poller.poll(left_ms):
+                data = os.read(fd, 65536)
+                if data:
+                    chunks[fd].append(data)
+                else:
+                    poller.unregister(fd)
+                    open_fds.discard(fd)
+    finally:
+        os.close(out_fd)
+        os.close(err_fd)
+    return b"".join(chunks[out_fd]), b"".join(chunks[err_fd])
 
 
 class TmuxError(DelegateError):
@@ -153,7 +203,7 @@ def socket_folder_problem(folder: str, info: os.stat_result | None = None) -> st
 
 
 def validate_session_name(name: str) -> str:
-    if _SESSION_NAME.fullmatch(name) is None:
+    if not 1 <= len(name) <= 64 or not _SESSION_NAME_CHARS.issuperset(name):
         raise UsageError(f"invalid session name {name!r}: use 1-64 letters, digits, '-' or '_'")
     return name
 
@@ -186,7 +236,7 @@ class Tmux:
             return run_tmux(self.socket_path, *args)
         except OSError:
             raise TmuxUnreachable(self.socket_path, "the tmux binary was not found") from None
-        except subprocess.TimeoutExpired:
+        except TimeoutError:
             why = f"tmux did not answer within {TMUX_TIMEOUT_S:g} s"
             raise TmuxUnreachable(self.socket_path, why) from None
 
@@ -560,12 +610,12 @@ def terminate(group_leaders: Sequence[int], victims: set[int], *, grace_s: float
 def version() -> str:
     """What `tmux -V` prints (`tmux 3.3a`); TmuxUnreachable when tmux cannot be run."""
     try:
-        done = subprocess.run(["tmux", "-V"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise TmuxUnreachable("-", f"tmux -V failed: {exc}") from None
-    if done.returncode != 0:
-        raise TmuxUnreachable("-", done.stderr.strip() or f"tmux -V exited {done.returncode}")
-    return done.stdout.strip()
+        code, out, err = run_captured(["tmux", "-V"], 10.0)
+    except (OSError, TimeoutError) as exc:
+        raise TmuxUnreachable("-", f"tmux -V failed: {exc or 'no answer in 10 s'}") from None
+    if code != 0:
+        raise TmuxUnreachable("-", err.decode(errors="replace").strip() or f"tmux -V exited {code}")
+    return out.decode(errors="replace").strip()
 
 
 def round_trip() -> None:

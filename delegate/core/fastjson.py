@@ -55,15 +55,38 @@ def loads(text: str | bytes) -> Any:
     return value
 
 
-def dumps(value: Any) -> str:
-    """`json.dumps(value)` (default separators, ASCII escaping) for str/int/float/bool/None,
-    lists and dicts with str keys; anything else goes to `json`."""
+def dumps(
+    value: Any,
+    *,
+    sort_keys: bool = False,
+    ensure_ascii: bool = True,
+    separators: tuple[str, str] = (", ", ": "),
+) -> str:
+    """`json.dumps(value, ...)` with these options, for str/int/float/bool/None, lists and
+    dicts with str keys; anything else goes to `json`."""
+    style = _Style(sort_keys, ensure_ascii, separators)
     parts: list[str] = []
-    if not _encode(value, parts):
+    if not _encode(value, parts, style):
         import json  # json: only for values the encoder declines; fast paths never load it
 
-        return json.dumps(value)
+        return json.dumps(
+            value, sort_keys=sort_keys, ensure_ascii=ensure_ascii, separators=separators
+        )
     return "".join(parts)
+
+
+class _Style:
+    """How `dumps` writes: key order, escaping and separators."""
+
+    __slots__ = ("item_sep", "key_sep", "sort_keys", "string")
+
+    def __init__(self, sort_keys: bool, ensure_ascii: bool, separators: tuple[str, str]) -> None:
+        self.sort_keys = sort_keys
+        self.string = _json.encode_basestring_ascii if ensure_ascii else _json.encode_basestring
+        self.item_sep, self.key_sep = separators
+
+
+_DEFAULT_STYLE = _Style(False, True, (", ", ": "))
 
 
 def print_line(value: Any) -> None:
@@ -72,20 +95,20 @@ def print_line(value: Any) -> None:
     sys.stdout.write(dumps(value) + "\n")
 
 
-def _encode(value: Any, out: list[str]) -> bool:
+def _encode(value: Any, out: list[str], style: _Style = _DEFAULT_STYLE) -> bool:
     """Append `value`'s JSON to `out`; False when it needs `json` (NaN, odd types, keys)."""
-    text = _scalar(value)
+    text = _scalar(value, style)
     if text is not None:
         out.append(text)
         return True
     if isinstance(value, list | tuple):
-        return _encode_list(value, out)
+        return _encode_list(value, out, style)
     if isinstance(value, dict):
-        return _encode_dict(value, out)
+        return _encode_dict(value, out, style)
     return False
 
 
-def _scalar(value: Any) -> str | None:
+def _scalar(value: Any, style: _Style) -> str | None:
     """The JSON of a str/int/float/bool/None; None for anything else and for NaN/infinity."""
     if value is None:
         return "null"
@@ -94,7 +117,7 @@ def _scalar(value: Any) -> str | None:
     if value is False:
         return "false"
     if isinstance(value, str):
-        return _json.encode_basestring_ascii(value)
+        return style.string(value)
     if isinstance(value, int):
         return int.__repr__(value)
     if isinstance(value, float) and value == value and value not in (float("inf"), float("-inf")):
@@ -102,27 +125,28 @@ def _scalar(value: Any) -> str | None:
     return None
 
 
-def _encode_list(value: list[Any] | tuple[Any, ...], out: list[str]) -> bool:
+def _encode_list(value: list[Any] | tuple[Any, ...], out: list[str], style: _Style) -> bool:
     out.append("[")
     for i, item in enumerate(value):
         if i:
-            out.append(", ")
-        if not _encode(item, out):
+            out.append(style.item_sep)
+        if not _encode(item, out, style):
             return False
     out.append("]")
     return True
 
 
-def _encode_dict(value: dict[Any, Any], out: list[str]) -> bool:
+def _encode_dict(value: dict[Any, Any], out: list[str], style: _Style) -> bool:
+    if not all(isinstance(key, str) for key in value):
+        return False  # json converts other keys (and sorts them) its own way
     out.append("{")
-    for i, (key, item) in enumerate(value.items()):
-        if not isinstance(key, str):
-            return False
+    items = sorted(value.items()) if style.sort_keys else value.items()
+    for i, (key, item) in enumerate(items):
         if i:
-            out.append(", ")
-        out.append(_json.encode_basestring_ascii(key))
-        out.append(": ")
-        if not _encode(item, out):
+            out.append(style.item_sep)
+        out.append(style.string(key))
+        out.append(style.key_sep)
+        if not _encode(item, out, style):
             return False
     out.append("}")
     return True

@@ -13,7 +13,6 @@ recorded; such requeues do not use up `--retries` but are bounded by `MAX_REQUEU
 # No `from __future__ import annotations`: typing.NamedTuple would compile each string
 # annotation into a ForwardRef at import (milliseconds of every fast path).
 
-import re
 import time
 from collections.abc import Mapping
 from datetime import datetime
@@ -78,16 +77,22 @@ class NextAttempt(NamedTuple):
     resume: bool  # continue the recorded conversation
 
 
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}  # "ms" before "s" and "m"
 
 
 def parse_duration(text: str, what: str) -> float:
     """`1.5`, `30s`, `2m`, `1h`, `250ms` in seconds; UsageError naming `what` otherwise."""
-    found = _DURATION.fullmatch(text)
-    if found is None:
+    body = text.strip()
+    unit = next((u for u in _UNIT_S if body.endswith(u)), None)
+    number = body[: -len(unit)].rstrip() if unit else body
+    whole, dot, fraction = number.partition(".")
+    if not _digits(whole) or (dot and not _digits(fraction)):
         raise UsageError(f"{what}: {text!r} is not a duration (like 30s, 2m, 1h)")
-    return float(found.group(1)) * _UNIT_S[found.group(2)]
+    return float(number) * (_UNIT_S[unit] if unit else 1.0)
+
+
+def _digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 def parse_backoff(text: str) -> tuple[float, float]:

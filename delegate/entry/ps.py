@@ -9,9 +9,9 @@ cannot read (typer says why).
 
 from __future__ import annotations
 
-import json
 import sys
 
+from delegate.core import fastjson
 from delegate.core.errors import DelegateError, say
 from delegate.entry.argv import parse_options
 from delegate.services.ps import rows
@@ -57,7 +57,7 @@ def print_ps_json(state: State, *, show_all: bool, limit: int, group: str | None
         return
     out = sys.stdout
     for row in listing.rows:  # as adapters/terminal.print_json writes them
-        out.write(json.dumps(row.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
+        out.write(fastjson.dumps(row.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
     out.flush()
 
 

@@ -7,7 +7,6 @@ It reads the open index and the tail of the finished log, never the whole histor
 # No `from __future__ import annotations`: typing.NamedTuple would compile each string
 # annotation into a ForwardRef at import (milliseconds of every fast path).
 
-import json
 import os
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -15,6 +14,7 @@ from typing import Any, NamedTuple
 from delegate.adapters.sessions_db import SessionInventory
 from delegate.adapters.tmux import Tmux, socket_path_for
 from delegate.config.settings import TMUX_SOCKET_ENV
+from delegate.core import fastjson
 from delegate.core.caps import Slots, waiting_for
 from delegate.core.errors import DelegateError
 from delegate.core.model import Job, JobState, Pane, Session, SessionState, TmuxView
@@ -94,7 +94,7 @@ def _last_event(state: State, job_id: str) -> tuple[str, str]:
         return "", ""
     for line in reversed(tail):
         try:
-            entry = json.loads(line)
+            entry = fastjson.loads(line)
         except ValueError:
             continue
         if isinstance(entry, dict) and entry.get("kind") in ("published", "received"):
