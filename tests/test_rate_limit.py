@@ -10,7 +10,7 @@ import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 
-from delegate.core.channels import ClaudeStream, usage_limit
+from delegate.core.channels import ClaudeStream, CodexJson, codex_wait_s, usage_limit
 from delegate.core.model import JobState
 from delegate.core.timefmt import parse_timestamp
 
@@ -18,6 +18,26 @@ from .helpers import run_cli
 from .test_monitor import open_state
 
 LIMITED = Path(__file__).parent / "agents" / "limited.py"
+FAKE_CODEX = Path(__file__).parent / "agents" / "fake_codex.py"
+CODEX_LIMIT = (
+    "You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing) or try"
+    " again in 5 days 22 hours 11\nminutes."
+)
+
+
+def test_the_codex_usage_limit_message_becomes_a_rate_limited_ending():
+    assert codex_wait_s(CODEX_LIMIT) == 5 * 86400 + 22 * 3600 + 11 * 60
+    assert codex_wait_s("try again in 1 hour 1 minute") == 3660
+    assert usage_limit(CODEX_LIMIT, now=0) == "rate_limited: resets at 1970-01-06T22:11:00Z"
+    # a clock time instead of a wait (localized as often as not): no reset, so a backoff
+    at = "You've hit your usage limit. Upgrade to Plus, or try again at Jul 5th, 2026 8:19 PM."
+    assert usage_limit(at, now=0) == "rate_limited: no reset time"
+    too_many = "stream error: exceeded retry limit, last status: 429 Too Many Requests"
+    assert usage_limit(too_many, now=0) == "rate_limited: no reset time"
+    assert usage_limit("model refused the task", now=0) is None
+    parser = CodexJson(clock=lambda: 100.0)
+    [event] = parser.feed(json.dumps({"type": "turn.failed", "error": {"message": CODEX_LIMIT}}))
+    assert event.event == "error" and event.detail == "rate_limited: resets at 1970-01-06T22:12:40Z"
 
 
 def test_the_claude_usage_limit_message_becomes_a_rate_limited_ending():
@@ -75,3 +95,37 @@ def test_a_rate_limited_attempt_resumes_after_the_reset(home: Path, tmux_env, tm
     runs = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
     assert len(runs) == 2
     assert runs[1]["argv"][-2:] == ["--resume", "conv-limited"]  # the same conversation
+
+
+def test_a_rate_limited_codex_attempt_resumes_its_thread_after_the_wait(
+    home: Path, tmux_env, tmp_path: Path
+):
+    home.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, str(FAKE_CODEX), "exec", "--json", "-"]
+    resume = [sys.executable, str(FAKE_CODEX), "exec", "--json", "resume", "{conversation_id}", "-"]
+    (home / "delegate.toml").write_text(
+        textwrap.dedent(f"""
+        [profiles.codexlimited]
+        command = {json.dumps(command)}
+        resume = {json.dumps(resume)}
+        prompt = "stdin"
+        preamble = false
+        channel = "codex-json"
+        """)
+    )
+    argv = ["submit", "--agent", "codexlimited", "--prompt", "LIMITED work", "--wait", "--json"]
+    result = run_cli(home, *argv, "--workdir", str(tmp_path), env=tmux_env, timeout=120)
+    assert result.returncode == 0, result.stderr  # the final attempt's outcome
+    state = open_state(home)
+    [first] = [j for j in state.registry.list() if not j.retry_of]
+    assert first.status is JobState.ERROR
+    assert first.error is not None and first.error.startswith("rate_limited: resets at ")
+    thread = first.conversation_id
+    assert thread and thread.startswith("thread-")
+    second = state.registry.get(str(first.retried_by))
+    assert second.status is JobState.COMPLETED and second.attempt == 2
+    runs = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert len(runs) == 2
+    assert runs[1]["argv"][-3:] == ["resume", thread, "-"]  # the same thread
+    # the reset is kept to the second: at least 2 s of the 3 were waited, not a quick retry
+    assert runs[1]["at"] - runs[0]["at"] >= 2.0

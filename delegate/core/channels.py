@@ -6,8 +6,9 @@
   `result` line ends the job (`completed`, or `error` when `is_error`) with `num_turns`,
   `duration_ms`, `cost_usd` and `usage` in data.
 - `codex-json`: `codex exec --json` lines. `thread.started` names the conversation,
-  `turn.completed` reports usage as progress, `turn.failed` / `error` end the job in error, and
-  the end of the stream completes it unless it failed.
+  `turn.completed` reports usage as progress, `turn.failed` / `error` end the job in error
+  (`rate_limited` when it says `You've hit your usage limit ... try again in 2 hours 5
+  minutes`), and the end of the stream completes it unless it failed.
 - Claude Code hooks (`delegate hook`): `PermissionRequest` and the permission/elicitation
   `Notification`s become `permission_required`, `Stop` a "turn ended" progress, `SessionStart`
   names the conversation.
@@ -21,6 +22,7 @@ from delegate.core import fastjson as json
 
 TYPE_CHECKING = False  # `delegate hook` runs this in a fresh process: no typing import
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 PERMISSION_NOTIFICATIONS = ("permission_prompt", "elicitation_dialog")
@@ -116,10 +118,12 @@ class ClaudeStream(_LineParser):
 
 
 class CodexJson(_LineParser):
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        """`clock`: the epoch now, to turn Codex's `try again in ...` into a reset time."""
         super().__init__()
         self.failed = False
         self.seen_any = False
+        self.clock = clock
 
     def message(self, message: dict[str, Any]) -> list[ChannelEvent]:
         self.seen_any = True
@@ -133,8 +137,9 @@ class CodexJson(_LineParser):
             self.failed = True
             self.ended = True
             error = message.get("error")
-            text = error.get("message") if isinstance(error, dict) else message.get("message")
-            return [ChannelEvent("error", str(text or kind)[:200], {})]
+            text = str(error.get("message") if isinstance(error, dict) else message.get("message"))
+            limited = usage_limit(text, now=self.clock() if self.clock else None)
+            return [ChannelEvent("error", limited or str(text or kind)[:200], {})]
         return []
 
     def finish(self) -> list[ChannelEvent]:
@@ -144,25 +149,55 @@ class CodexJson(_LineParser):
         return [ChannelEvent("completed", "the codex stream ended", {})]
 
 
-def usage_limit(text: str) -> str | None:
+def usage_limit(text: str, *, now: float | None = None) -> str | None:
     """`rate_limited: resets at ...` when an agent's final word says it hit its usage or rate
-    limit (Claude Code: `Claude AI usage limit reached|<epoch of the reset>`), else None."""
+    limit, else None. Claude Code says `Claude AI usage limit reached|<epoch of the reset>`;
+    Codex `You've hit your usage limit. ... try again in 2 days 3 hours 5 minutes.` (a reset
+    `now` + that, when the caller gives `now`)."""
     lowered = text.lower()
-    if "usage limit" not in lowered and "rate limit" not in lowered:
+    if not any(words in lowered for words in LIMIT_WORDS):
         return None
     _, bar, after = text.partition("|")
-    reset = after.strip().split()[0] if bar and after.strip() else ""
-    # core.retry (re, datetime): only for an agent out of its limit
+    reset_text = after.strip().split()[0] if bar and after.strip() else ""
+    reset = float(reset_text) if reset_text.isdigit() else None
+    wait = codex_wait_s(lowered)
+    if reset is None and wait is not None and now is not None:
+        reset = now + wait
+    # core.retry (datetime): only for an agent out of its limit
     from delegate.core.retry import rate_limit_reason
 
-    return rate_limit_reason(float(reset) if reset.isdigit() else None)
+    return rate_limit_reason(reset)
 
 
-def parser_for(channel: str | None) -> ClaudeStream | CodexJson | None:
+LIMIT_WORDS = ("usage limit", "rate limit", "too many requests")
+_SECONDS_PER = {"day": 86400, "hour": 3600, "minute": 60, "second": 1}
+
+
+def codex_wait_s(text: str) -> float | None:
+    """The seconds in Codex's `... try again in 5 days 22 hours 11 minutes.`; None when the
+    text gives no such wait (it may name a clock time instead: then the caller backs off)."""
+    _, found, after = text.lower().partition("try again in ")
+    if not found:
+        return None
+    words = after.replace(",", " ").replace(".", " ").split()
+    total, read_any = 0, False
+    for number, unit in zip(words[::2], words[1::2], strict=False):
+        per = _SECONDS_PER.get(unit.removesuffix("s"))
+        if not (number.isascii() and number.isdigit()) or per is None:
+            break
+        total += int(number) * per
+        read_any = True
+    return float(total) if read_any else None
+
+
+def parser_for(
+    channel: str | None, clock: Callable[[], float] | None = None
+) -> ClaudeStream | CodexJson | None:
+    """The parser of a profile's `channel`; `clock` (the epoch now) dates Codex's resets."""
     if channel == "claude-stream":
         return ClaudeStream()
     if channel == "codex-json":
-        return CodexJson()
+        return CodexJson(clock)
     return None
 
 

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -177,7 +178,7 @@ class ChannelListener:
     ) -> None:
         self.state = state
         self.job_id = job_id
-        self.parser = parser_for(channel)
+        self.parser = parser_for(channel, time.time)
         self.spending = spending
 
     def line(self, raw: bytes) -> None:
