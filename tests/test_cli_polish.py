@@ -161,7 +161,10 @@ sys.exit(code)
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["jobs", "--json"], ["delegate.cli.app", "delegate.cli.common", "delegate.cli.lazy"]),
+        (
+            ["jobs", "--json"],
+            ["delegate.cli.app", "delegate.cli.common", "delegate.cli.jobs", "delegate.cli.lazy"],
+        ),
         (
             ["lock", "list", "--json"],
             ["delegate.cli.app", "delegate.cli.common", "delegate.cli.coord", "delegate.cli.lazy"],
@@ -182,6 +185,10 @@ sys.exit(code)
         (
             ["cron", "list", "--json"],
             ["delegate.cli.app", "delegate.cli.common", "delegate.cli.cron", "delegate.cli.lazy"],
+        ),
+        (
+            ["submit", "--help"],
+            ["delegate.cli.app", "delegate.cli.common", "delegate.cli.lazy", "delegate.cli.submit"],
         ),
         (
             ["doctor", "--help"],

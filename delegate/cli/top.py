@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from delegate.cli.app import ps
+from delegate.cli.jobs import ps
 from delegate.entry.ps import DEFAULT_LIMIT
 
 # The root-level command this module adds to `delegate` (cli/app.py's table).
