@@ -12,7 +12,9 @@ from delegate.adapters.terminal import Column, print_json, print_listing
 from delegate.cli.common import JobIdArg, JsonOpt, open_state
 from delegate.core.errors import say
 from delegate.core.timefmt import human_duration
-from delegate.services.jobs.approvals import decide, unanswerable, waiting_requests
+from delegate.services.jobs.approvals import unanswerable
+from delegate.services.jobs.host_approvals import approve as answer_request
+from delegate.services.jobs.host_approvals import waiting_everywhere
 
 # The root-level commands this module adds to `delegate` (cli/app.py's table).
 commands = typer.Typer()
@@ -35,18 +37,20 @@ def approve(
     ] = None,
     as_json: JsonOpt = False,
 ) -> int:
-    """Answer a job's permission request: allow it, or --deny it.
+    """Answer a job's permission request: allow it, or --deny it. For a job on an agent host
+    the decision travels over the broker, and the host confirms it.
 
     Example: delegate approve 1a2b3c4d --deny --reason 'not on main'
     """
-    answered = decide(
+    answered = answer_request(
         open_state(), job_id, deny=deny, reason=reason, remember=remember, request_id=request_id
     )
     verdict = "denied" if deny else "allowed"
+    where = f", confirmed by host {answered.host}" if answered.host else ""
     if as_json:
         print_json({**answered._asdict(), "behavior": "deny" if deny else "allow"})
     else:
-        print(f"{verdict}: {answered.tool} {answered.summary} (job {job_id})")
+        print(f"{verdict}: {answered.tool} {answered.summary} (job {job_id}{where})")
     return 0
 
 
@@ -58,7 +62,7 @@ def approvals(as_json: JsonOpt = False) -> int:
     """
     state = open_state()
     now = time.time()
-    waiting = waiting_requests(state)
+    waiting = waiting_everywhere(state)
     print_listing(
         waiting,
         [Column("JOB"), Column("REQUEST"), Column("TOOL"), Column("ASKS", free=True), "LEFT"],

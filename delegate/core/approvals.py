@@ -24,6 +24,11 @@ BEHAVIOURS = (ALLOW, DENY)
 DEFAULT_TIMEOUT_S = 600.0
 SIG_FIELD = "hmac_sig"
 SUMMARY_CHARS = 200
+# What became of a decision handed to the side where the job waits (its host, for a job on one).
+TAKEN = "taken"  # the job's wrapper took it: the agent has its answer
+NOT_WAITING = "not_waiting"  # the request is no longer waiting (answered, timed out, job over)
+NOT_TAKEN = "not_taken"  # written, but the wrapper did not take it in time (it may have ended)
+REFUSED = "refused"  # not a decision this side can carry out (malformed, not its job)
 # The tool_input fields that say what a call does, in the order they are looked for.
 _ARGUMENT_KEYS = ("command", "file_path", "path", "url", "pattern", "query", "prompt")
 

@@ -6,8 +6,10 @@ that key over their canonical JSON without `sig`; a host refuses a bad signature
 issued outside a time window around its own clock, and a request id it has already seen. A
 job's token is derived on both sides from the host key and the job id, so it never travels.
 
-Topics, under the bus prefix: `hosts/<name>/assign` and `hosts/<name>/cancel` (to the host),
-`hosts/<name>/presence` (from it: retained, with a last will saying it went offline).
+Topics, under the bus prefix: `hosts/<name>/assign`, `hosts/<name>/cancel` and
+`hosts/<name>/approve` (to the host: a decision on a job's permission request),
+`hosts/<name>/presence` (from it: retained, with a last will saying it went offline) and
+`hosts/<name>/answers` (from it: what became of each decision, signed with the same key).
 """
 
 from __future__ import annotations
@@ -133,4 +135,37 @@ def cancel_request(*, host: str, request_id: str, issued_ms: int, job_id: str) -
         "request_id": request_id,
         "issued_ms": issued_ms,
         "job_id": job_id,
+    }
+
+
+def approval_request(
+    *, host: str, request_id: str, issued_ms: int, job_id: str, decision: dict[str, Any]
+) -> dict[str, Any]:
+    """A decision on one of job `job_id`'s permission requests, as `delegate approve` made it
+    (`request_id`, `behavior`, `reason`, `maker`, `remember`: what a local decision file
+    holds, unsigned: the host signs it with the job's token, which never travels)."""
+    return {
+        "type": "approve",
+        "host": host,
+        "request_id": request_id,
+        "issued_ms": issued_ms,
+        "job_id": job_id,
+        "decision": decision,
+    }
+
+
+def approval_answer(
+    *, host: str, request_id: str, issued_ms: int, job_id: str, outcome: str, detail: str
+) -> dict[str, Any]:
+    """The host's answer to approval request `request_id` (the same id: an answer is matched to
+    its request by it, and a request is never carried out twice): `outcome` is
+    `delegate.core.approvals`' TAKEN, NOT_WAITING, NOT_TAKEN or REFUSED."""
+    return {
+        "type": "approval_answer",
+        "host": host,
+        "request_id": request_id,
+        "issued_ms": issued_ms,
+        "job_id": job_id,
+        "outcome": outcome,
+        "detail": detail,
     }

@@ -29,6 +29,7 @@ from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import JobState, validate_job_id
 from delegate.core.protocol import build_envelope, encode, redact, sign
 from delegate.core.timefmt import parse_timestamp, record_timestamp
+from delegate.services.jobs.host_approvals import answer_payload, carry_out
 from delegate.services.jobs.submit import SubmitRequest, cancel, submit
 from delegate.services.reconciler import Reconciler
 from delegate.services.remote import mqtt_settings
@@ -62,6 +63,9 @@ def _positive_int(value: Any) -> int | None:
 def _ms(timestamp: str) -> int:
     return int(parse_timestamp(timestamp).timestamp() * 1000)
 
+
+# What the delegator sends a host, each on `hosts/<name>/<kind>`.
+REQUEST_KINDS = ("assign", "cancel", "approve")
 
 # A job's id stays in `host-NAME.jobs` this long after it ended: its last events may still wait
 # on the local bus for the relay (a link down, a restart), and only listed jobs are relayed.
@@ -192,7 +196,7 @@ class HostServer:
 
     def connect(self) -> None:
         prefix = self.settings.prefix
-        wanted = [hostproto.topic(prefix, self.name, w) for w in ("assign", "cancel")]
+        wanted = [hostproto.topic(prefix, self.name, w) for w in REQUEST_KINDS]
 
         def on_connected(client: Any) -> None:
             for topic in wanted:
@@ -270,6 +274,8 @@ class HostServer:
         # again, and a job id is launched only once anyway
         if kind == "assign":
             self._launch(message)
+        elif kind == "approve":
+            self._approve(message)
         else:
             self._cancel(message)
         self.remember(str(message["request_id"]), int(message["issued_ms"]))
@@ -350,6 +356,29 @@ class HostServer:
             )
             return
         self.audit("cancelled", job_id=job_id, request_id=message["request_id"])
+
+    def _approve(self, message: dict[str, Any]) -> None:
+        """A decision on a permission request of a job here, made on the delegator: handed to
+        the job's waiting wrapper as a local `approve` would, audited with its maker, and
+        answered on `hosts/<name>/answers` (signed with the host key) with what became of it."""
+        outcome, detail = carry_out(self.state, message, self.assigned_jobs())
+        given = message.get("decision")
+        decision: dict[str, Any] = given if isinstance(given, dict) else {}
+        self.audit(
+            "approval",
+            job_id=message.get("job_id"),
+            request_id=message["request_id"],
+            permission_request=decision.get("request_id"),
+            behavior=decision.get("behavior"),
+            maker=decision.get("maker"),
+            outcome=outcome,
+            detail=detail,
+        )
+        self.connection.client.publish(
+            hostproto.topic(self.settings.prefix, self.name, "answers"),
+            answer_payload(self.key, self.name, message, outcome, detail),
+            qos=1,
+        )
 
     # the loop
 

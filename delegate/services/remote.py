@@ -356,3 +356,19 @@ def cancel_remote(state: State, job: Job) -> None:
         ),
     )
     state.audit.append(job.job_id, "cancel_requested", host=host, request_id=request_id)
+
+
+def send_approval(state: State, job: Job, decision: dict[str, Any]) -> str:
+    """Send a decision on one of the job's permission requests to its host, signed with the
+    host key like a cancel; returns the request id the host's answer will carry
+    (services/jobs/host_approvals waits for it)."""
+    assert job.host is not None
+    host = job.host
+    return _send(
+        state,
+        job,
+        "approve",
+        lambda rid, issued: hostproto.approval_request(
+            host=host, request_id=rid, issued_ms=issued, job_id=job.job_id, decision=decision
+        ),
+    )

@@ -26,6 +26,9 @@ from delegate.config.profiles import read_config
 from delegate.core.approvals import (
     ALLOW,
     DENY,
+    NOT_TAKEN,
+    NOT_WAITING,
+    TAKEN,
     ApprovalSettings,
     Decision,
     decide_by_rule,
@@ -57,6 +60,7 @@ class WaitingRequest(NamedTuple):
     summary: str
     asked_at: str
     deadline: float  # epoch seconds
+    host: str | None = None  # the agent host where it waits, for a job on one
 
 
 def settings_of(state: State) -> ApprovalSettings:
@@ -124,6 +128,9 @@ def ask(
                 "tool_name": tool,
                 "tool_input": tool_input if isinstance(tool_input, dict) else {},
                 "answer": f"delegate approve {job_id}  (or --deny --reason TEXT)",
+                # for the delegator of a job on an agent host, which sees only this event
+                "asked_at": request["asked_at"],
+                "deadline": deadline,
             },
         )
         decision = _wait(state, job_id, request_id, folder, deadline) or timeout_decision(settings)
@@ -212,41 +219,72 @@ def decide(
 ) -> WaitingRequest:
     """Answer the oldest waiting request of job `job_id` (or `request_id`); return it once the
     job's wrapper has taken the answer. UsageError when none is waiting (any more)."""
-    job = state.registry.get(job_id)
-    waiting = [r for r in waiting_requests(state, [job_id]) if request_id in (None, r.request_id)]
-    if not waiting:
-        what = f"request {request_id}" if request_id else "permission request"
-        raise UsageError(f"job {job_id} has no {what} waiting for a decision")
-    if remember and deny:
-        raise UsageError("--remember keeps an allow; it does not go with --deny")
-    chosen = waiting[0]
-    maker = operator()
-    behavior = DENY if deny else ALLOW
-    said = reason or (f"denied by {maker}" if deny else f"allowed by {maker}")
-    body = {
-        "job_id": job_id,
-        "request_id": chosen.request_id,
-        "behavior": behavior,
-        "reason": said,
-        "maker": maker,
-        "remember": remember,
-    }
-    folder = _folder(state, job_id)
-    request_path = folder / f"{chosen.request_id}{REQUEST}"
-    if not request_path.exists():
+    state.registry.get(job_id)  # JobNotFound in one line
+    chosen = chosen_request(waiting_requests(state, [job_id]), job_id, request_id, deny, remember)
+    body = decision_body(chosen, deny=deny, reason=reason, remember=remember)
+    outcome = deliver(state, job_id, body)
+    if outcome == NOT_WAITING:
         raise UsageError(f"request {chosen.request_id} of job {job_id} is no longer waiting")
-    signed = _dump(sign_decision(body, job.auth_token))
-    # not durable: the waiting wrapper reads it within milliseconds, and a crash ends the wait
-    atomic_write(folder / f"{chosen.request_id}{ANSWER}", signed, durable=False)
-    state.audit.append(
-        job_id, "approval_sent", request_id=chosen.request_id, behavior=behavior, maker=maker
-    )
-    if not _taken(folder / f"{chosen.request_id}{ANSWER}"):
+    if outcome == NOT_TAKEN:
         raise DelegateError(
             f"job {job_id}'s wrapper did not take the decision in {TAKEN_WAIT_S:g} s;"
             " it may have ended"
         )
     return chosen
+
+
+def chosen_request(
+    waiting: Sequence[WaitingRequest],
+    job_id: str,
+    request_id: str | None,
+    deny: bool,
+    remember: bool,
+) -> WaitingRequest:
+    """The request `approve` answers: `request_id`, else the job's oldest waiting one."""
+    matching = [r for r in waiting if request_id in (None, r.request_id)]
+    if not matching:
+        what = f"request {request_id}" if request_id else "permission request"
+        raise UsageError(f"job {job_id} has no {what} waiting for a decision")
+    if remember and deny:
+        raise UsageError("--remember keeps an allow; it does not go with --deny")
+    return matching[0]
+
+
+def decision_body(
+    chosen: WaitingRequest, *, deny: bool, reason: str | None, remember: bool
+) -> dict[str, Any]:
+    """The decision on `chosen` made from this shell, unsigned."""
+    maker = operator()
+    return {
+        "job_id": chosen.job_id,
+        "request_id": chosen.request_id,
+        "behavior": DENY if deny else ALLOW,
+        "reason": reason or (f"denied by {maker}" if deny else f"allowed by {maker}"),
+        "maker": maker,
+        "remember": remember,
+    }
+
+
+def deliver(state: State, job_id: str, body: dict[str, Any]) -> str:
+    """Hand decision `body` to job `job_id`'s waiting wrapper here, signed with the job's
+    token; returns what became of it (TAKEN, NOT_WAITING or NOT_TAKEN). On an agent host this
+    is what a decision relayed from the delegator comes to (services/jobs/host_approvals)."""
+    token = state.registry.get(job_id).auth_token
+    folder = _folder(state, job_id)
+    request_id = str(body["request_id"])
+    if not (folder / f"{request_id}{REQUEST}").exists():
+        return NOT_WAITING
+    answer = folder / f"{request_id}{ANSWER}"
+    # not durable: the waiting wrapper reads it within milliseconds, and a crash ends the wait
+    atomic_write(answer, _dump(sign_decision(body, token)), durable=False)
+    state.audit.append(
+        job_id,
+        "approval_sent",
+        request_id=request_id,
+        behavior=body["behavior"],
+        maker=body["maker"],
+    )
+    return TAKEN if _taken(answer) else NOT_TAKEN
 
 
 def _taken(answer: Path) -> bool:
