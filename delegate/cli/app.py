@@ -6,7 +6,8 @@ This module holds the root: `ROOT_COMMANDS` names every command and the module d
 Results go to stdout (JSON lines where asked); logs and errors go to stderr, one line each.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typer would compile and eval each option's
+# annotation string when it builds a command; real annotations cost nothing then.
 
 import importlib
 import re

@@ -1,7 +1,8 @@
 """`delegate approve JOB` and `delegate approvals`: answer an agent's permission request from
 any shell (services/jobs/approvals)."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typer would compile and eval each option's
+# annotation string when it builds a command; real annotations cost nothing then.
 
 import time
 from typing import Annotated

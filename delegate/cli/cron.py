@@ -1,6 +1,7 @@
 """`delegate cron add|list|remove|run`: a job file submitted on a schedule (its crontab lines)."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typer would compile and eval each option's
+# annotation string when it builds a command; real annotations cost nothing then.
 
 from pathlib import Path
 from typing import Annotated

@@ -4,7 +4,8 @@ A job joins one with `submit --group NAME`. Caps are honoured together: the glob
 per-profile `max_running` of delegate.toml, the group's, and the job's own `--max-running`.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typer would compile and eval each option's
+# annotation string when it builds a command; real annotations cost nothing then.
 
 from typing import Annotated, Any, NamedTuple
 

@@ -1,6 +1,7 @@
 """`delegate host add|list|serve`: agent hosts reached through the broker (DESIGN 13)."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typer would compile and eval each option's
+# annotation string when it builds a command; real annotations cost nothing then.
 
 import os
 import signal

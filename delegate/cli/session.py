@@ -1,7 +1,8 @@
 """`delegate session list|stop|resume`, `attach`, `send`, `peek`: the tmux sessions agents run
 in, listed, stopped, resumed, typed into and read."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typer would compile and eval each option's
+# annotation string when it builds a command; real annotations cost nothing then.
 
 import subprocess
 import sys

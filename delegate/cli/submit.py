@@ -4,7 +4,8 @@ Imported only when one of them is called (cli/app.py's table), so the other comm
 load the launcher, and `submit` loads none of the other commands.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typer would compile and eval every option's
+# annotation string when it builds the command (~30 of them for submit); real ones cost nothing.
 
 import sys
 from pathlib import Path

@@ -1,7 +1,8 @@
 """`delegate monitor`, `report`, `doctor`: keeping jobs true, reading their record, checking
 the toolkit's own health."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typer would compile and eval each option's
+# annotation string when it builds a command; real annotations cost nothing then.
 
 import sys
 from pathlib import Path

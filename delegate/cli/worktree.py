@@ -1,7 +1,8 @@
 """`delegate diff|merge|review|compare` and `delegate worktree list|clean`: a job's own git
 worktree, its changes, the review handed back to its agent, and its merge."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typer would compile and eval each option's
+# annotation string when it builds a command; real annotations cost nothing then.
 
 import sys
 from pathlib import Path
