@@ -31,7 +31,7 @@ def chains(jobs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     by_id = {job["job_id"]: job for job in jobs}
     previous: dict[str, str] = {}  # an attempt -> the one it followed
     for job in jobs:
-        following = job.get("retried_by")
+        following = str(job.get("retried_by"))
         if following in by_id and following != job["job_id"] and following not in previous:
             previous[following] = job["job_id"]
     out, placed = [], set()
@@ -40,9 +40,9 @@ def chains(jobs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
             continue  # reached from its first attempt
         chain = [job]
         placed.add(job["job_id"])
-        while (following := chain[-1].get("retried_by")) in by_id and following not in placed:
+        while (following := str(chain[-1].get("retried_by"))) not in placed:
             if previous.get(following) != chain[-1]["job_id"]:
-                break
+                break  # no next attempt in the report (or another attempt claimed it)
             chain.append(by_id[following])
             placed.add(following)
         out.append(chain)
