@@ -116,3 +116,23 @@ def summary(report: Report) -> str:
         f" {_plural(t['rejected'], 'rejected message')},"
         f" {_plural(t['malformed_lines'], 'malformed line')}"
     )
+
+
+def retries_line(figures: dict[str, Any]) -> str:
+    """`9 attempts; 2 jobs retried: 1 succeeded after retrying, 1 still failed` (overall or
+    one agent's figures, report/retries.py)."""
+    attempts = _plural(figures.get("attempts") or 0, "attempt")
+    retried = figures.get("retried") or 0
+    if not retried:
+        return f"{attempts}; no job was retried"
+    succeeded = figures.get("retried_then_succeeded") or 0
+    failed = figures.get("retried_still_failed") or 0
+    parts = [f"{succeeded:,} succeeded after retrying", f"{failed:,} still failed"]
+    if retried - succeeded - failed:
+        parts.append(f"{retried - succeeded - failed:,} cancelled or not ended")
+    return f"{attempts}; {_plural(retried, 'job')} retried: {', '.join(parts)}"
+
+
+def retried_agents(report: Report) -> list[dict[str, Any]]:
+    """The agents with a retried job: the others have one attempt per job."""
+    return [a for a in report.agents if (a.get("retried") or 0) > 0]

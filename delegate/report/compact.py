@@ -21,7 +21,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from delegate.adapters.fsio import atomic_write
-from delegate.report.figures import COLUMNS, CORRUPT, LINE_SCHEMA, RAW_SCHEMA, parse_lines
+from delegate.report.figures import (
+    COLUMNS,
+    CORRUPT,
+    LINE_SCHEMA,
+    RAW_SCHEMA,
+    STORED_SCHEMA,
+    parse_lines,
+)
 
 MANIFEST = "_manifest.json"
 
@@ -221,7 +228,8 @@ def read_store(spark: SparkSession, logs: str | Path, store: str | Path) -> tupl
     files = files_for(spark, str(logs), str(store))
     manifest = _manifest(files)
     if files.exists(f"{files.store}/events"):
-        lines = spark.read.parquet(f"{files.store}/events").select(*COLUMNS, "t")
+        stored = spark.read.schema(STORED_SCHEMA).parquet(f"{files.store}/events")
+        lines = stored.select(*COLUMNS, "t")
     else:
         lines = spark.createDataFrame([], LINE_SCHEMA).withColumn("t", F.to_timestamp("ts"))
     malformed = int(manifest.get("malformed", 0))

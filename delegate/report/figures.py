@@ -18,6 +18,8 @@ Definitions (the tests recompute each one in plain Python):
 - failures: per failure reason, the failed jobs (most first, then by reason) and up to three
   examples, the most recently registered first.
 - the time range covered: the earliest line of a counted job to the latest line of one.
+- attempts and retries: each job's `retried_by` is the `attempt` of its first `retried` line;
+  chains of attempts and what they count are defined in report/retries.py.
 """
 
 from __future__ import annotations
@@ -31,7 +33,16 @@ from typing import Any, NamedTuple
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from delegate.report import retries
 
 TERMINAL = ("completed", "error", "cancelled")
 
@@ -47,6 +58,7 @@ LINE_SCHEMA = StructType(
         StructField("previous", StringType()),
         StructField("error", StringType()),
         StructField("reason", StringType()),
+        StructField("attempt", StringType()),  # a `retried` line: the attempt that follows
     ]
 )
 CORRUPT = "_corrupt_record"
@@ -65,9 +77,14 @@ STATUS_SCHEMA = StructType(
 )
 _NUMBERS = {"cost_usd": float, "tokens_in": int, "tokens_out": int}
 COLUMNS = [f.name for f in LINE_SCHEMA.fields]
+# Lines as compaction stores them: read with this schema, a store written before a column was
+# added reads it as null instead of failing (or of losing it, when Spark takes its schema from
+# an older file).
+STORED_SCHEMA = StructType([*LINE_SCHEMA.fields, StructField("t", TimestampType())])
 
 
 EXAMPLES = 3  # example job ids per failure reason
+RETRIED = "retried"  # the audit line on an attempt that another follows (services/jobs/retry)
 
 
 # What a small local job needs from Spark: no UI, no progress bars, few shuffle partitions
@@ -210,9 +227,10 @@ def _event_stats(lines: DataFrame) -> DataFrame:
 
 
 def _marks(lines: DataFrame) -> DataFrame:
-    """Per job: registered, ended (and the error it ended with), first and last line seen, and
-    the latest status it changed to."""
+    """Per job: registered, ended (and the error it ended with), first and last line seen, the
+    latest status it changed to, and the attempt that followed it."""
     ends = (F.col("kind") == "status_changed") & F.col("status").isin(*TERMINAL)
+    retried = (F.col("kind") == RETRIED) & F.col("attempt").isNotNull()
     return lines.groupBy("job_id").agg(
         F.min(F.when(F.col("kind") == "registered", F.col("t"))).alias("registered_at"),
         F.min(F.when(ends, F.col("t"))).alias("ended_at"),
@@ -223,6 +241,9 @@ def _marks(lines: DataFrame) -> DataFrame:
             F.when(F.col("kind") == "status_changed", F.col("status")),
             F.when(F.col("kind") == "status_changed", F.col("t")),
         ).alias("last_status"),
+        F.min_by(F.when(retried, F.col("attempt")), F.when(retried, F.col("t"))).alias(
+            "retried_by"
+        ),
     )
 
 
@@ -304,6 +325,7 @@ def jobs_from_summary(summary: DataFrame, status: DataFrame) -> DataFrame:
             F.coalesce("status_error", "ended_error").alias("error"),
             "first_seen_at",
             "last_seen_at",
+            "retried_by",
         )
         .withColumn(
             "failure_reason",
@@ -502,6 +524,9 @@ def collect(frames: dict[str, DataFrame], *, malformed: int = 0) -> Report:
     jobs = sorted(rows["jobs"], key=lambda j: (str(j["registered_at"]), j["job_id"]))
     seen = [j["first_seen_at"] for j in jobs if j["first_seen_at"]]
     last = [j["last_seen_at"] for j in jobs if j["last_seen_at"]]
+    found = retries.number_attempts(jobs)
+    by_agent = retries.per_key(found, "agent")
+    agents = [{**row, **by_agent.get(row["agent"], retries.count([]))} for row in rows["agents"]]
     totals = {
         "jobs": len(jobs),
         "events": sum(j["events"] for j in jobs),
@@ -511,12 +536,13 @@ def collect(frames: dict[str, DataFrame], *, malformed: int = 0) -> Report:
         "failed": sum(1 for j in jobs if j["status"] == "error"),
         "covers_from": min(seen) if seen else None,  # same-format UTC text: orders as time
         "covers_to": max(last) if last else None,
+        **retries.count(found),
     }
     resources = rows.get("resources", [])
     failures = rows.get("failures", [])
     return Report(
         jobs,
-        rows["agents"],
+        agents,
         rows["sessions"],
         rows["days"],
         totals,

@@ -25,6 +25,8 @@ from delegate.report.common import (
     as_text,
     coverage,
     page_time,
+    retried_agents,
+    retries_line,
     sessions_shared,
     summary,
     to_local,
@@ -206,6 +208,32 @@ def _jobs_table(report: Report, links: Links, tz: tzinfo | None) -> str:
     return _table(JOB_HEADERS, cells, table_id="jobs-table")
 
 
+def _retries(report: Report) -> str:
+    """Attempts and retried jobs in a sentence, then per agent when any job was retried."""
+    line = f'<p id="retries-line">{_esc(retries_line(report.totals))}.</p>'
+    rows = retried_agents(report)
+    if not rows:
+        return line
+    headers = [
+        ("Agent", "free"),
+        ("Attempts", "num"),
+        ("Jobs retried", "num"),
+        ("Succeeded after retrying", "num"),
+        ("Still failed", "num"),
+    ]
+    cells = [
+        [
+            _txt(as_text(r.get("agent")), "free"),
+            _num(as_count(r.get("attempts"))),
+            _num(as_count(r.get("retried"))),
+            _num(as_count(r.get("retried_then_succeeded"))),
+            _num(as_count(r.get("retried_still_failed"))),
+        ]
+        for r in rows
+    ]
+    return line + _table(headers, cells, table_id="retries-table")
+
+
 def _days_table(report: Report) -> str:
     headers = [
         ("Day (UTC)", "text"),
@@ -317,6 +345,7 @@ def _sections(report: Report, links: Links, tz: tzinfo | None) -> str:
     return "\n".join(
         [
             f'<section id="failures"><h2>Failures by reason</h2>{failures}</section>',
+            f'<section id="retries"><h2>Attempts and retries</h2>{_retries(report)}</section>',
             f'<section class="charts">{drawn}</section>',
             '<section id="agents"><h2>Per agent</h2>'
             f"{_group_table(report.agents, 'agent', 'agents-table')}</section>",

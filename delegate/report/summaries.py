@@ -34,7 +34,7 @@ from delegate.report.figures import (
 )
 
 MANIFEST = "_summaries.json"
-VERSION = 1
+VERSION = 2  # 2: a summary row carries `retried_by`; older ones are summarized again
 
 
 class LogFile(NamedTuple):

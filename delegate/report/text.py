@@ -18,6 +18,8 @@ from delegate.report.common import (
     as_reasons,
     as_text,
     coverage,
+    retried_agents,
+    retries_line,
     sessions_shared,
     summary,
 )
@@ -91,6 +93,7 @@ def print_report(
 
     _print_heading(report, width, now, when)
     _print_failures(report, width)
+    _print_retries(report, width)
     _print_groups(report, width)
     _print_days(report, width)
     _print_latest_jobs(report, width, when, jobs_limit)
@@ -119,6 +122,34 @@ def _print_failures(report: Report, width: int) -> None:
         ],
         empty="no failed jobs in this report",
         title="failures by reason",
+        width=width,
+    )
+
+
+RETRY_CELLS: list[tuple[Column, Callable[[dict[str, Any]], str]]] = [
+    (Column("ATTEMPTS", align="right"), lambda r: as_count(r.get("attempts"))),
+    (Column("RETRIED", align="right"), lambda r: as_count(r.get("retried"))),
+    (
+        Column("THEN SUCCEEDED", align="right"),
+        lambda r: as_count(r.get("retried_then_succeeded")),
+    ),
+    (Column("STILL FAILED", align="right"), lambda r: as_count(r.get("retried_still_failed"))),
+]
+
+
+def _print_retries(report: Report, width: int) -> None:
+    """Attempts and retried jobs in a line, then per agent when any job was retried."""
+    print()
+    print(textwrap.fill(f"retries: {retries_line(report.totals)}", width=width))
+    rows = retried_agents(report)
+    if not rows:
+        return
+    print()
+    print_rows(
+        [Column("AGENT", free=True), *(c for c, _ in RETRY_CELLS)],
+        [[as_text(r.get("agent")), *(cell(r) for _, cell in RETRY_CELLS)] for r in rows],
+        empty="",
+        title="retried jobs per agent",
         width=width,
     )
 
