@@ -21,7 +21,7 @@ from __future__ import annotations
 import builtins
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,6 +72,17 @@ def _parsed(raw: bytes) -> Any:
         return fastjson.loads(raw)
     except ValueError:
         raise ValueError("not valid JSON") from None
+
+
+def _check_plain(changes: Mapping[str, Any]) -> None:
+    """ValueError unless `changes` are plain fields of a job record (never its status, token,
+    id, seq or creation time: those change only through their own transitions)."""
+    forbidden = {"status", "auth_token", "job_id", "last_seq", "created_at"} & changes.keys()
+    if forbidden:
+        raise ValueError(f"cannot update {', '.join(sorted(forbidden))} directly")
+    unknown = changes.keys() - set(Job._fields)
+    if unknown:
+        raise ValueError(f"job records have no field {', '.join(sorted(unknown))}")
 
 
 def _file_key(seen: os.stat_result) -> tuple[int, int, int]:
@@ -608,14 +619,9 @@ class Registry:
     def update(self, job_id: str, *, stamp: bool = True, **changes: Any) -> Job:
         """Set plain fields (session name, bus overrides); never the status or the token.
         `stamp=False` keeps `updated_at`: an ended job's stays the time it ended."""
-        forbidden = {"status", "auth_token", "job_id", "last_seq", "created_at"} & changes.keys()
-        if forbidden:
-            raise ValueError(f"cannot update {', '.join(sorted(forbidden))} directly")
+        _check_plain(changes)
         with self.locked():
             job = self._get_locked(job_id)
-            unknown = changes.keys() - set(Job._fields)
-            if unknown:
-                raise ValueError(f"job records have no field {', '.join(sorted(unknown))}")
             return self._save(job._replace(**changes), job.status, stamp=stamp)
 
     def admit(
@@ -624,18 +630,22 @@ class Registry:
         launch: dict[str, Any],
         may_start: Callable[[Job, builtins.list[Job]], bool],
         launcher: dict[str, Any] | None = None,
+        changes: Mapping[str, Any] | None = None,
     ) -> Job:
-        """Give a pending job its launch spec and decide, under the lock, whether it may start
-        now (it stays pending, claimed by `launcher`) or waits for a slot (queued).
+        """Give a pending job its launch spec (and the plain fields in `changes`, as `update`
+        sets them, in the same write) and decide, under the lock, whether it may start now (it
+        stays pending, claimed by `launcher`) or waits for a slot (queued).
 
         `may_start(job, open_jobs)` is the cap policy; deciding under the lock is what keeps two
         submits from both taking the last slot.
         """
+        changes = dict(changes or {})
+        _check_plain(changes)
         with self.locked():
             job = self._get_locked(job_id)
             if job.status is not JobState.PENDING:
                 raise IllegalTransition(job_id, job.status.value, JobState.QUEUED.value)
-            job = job._replace(launch=dict(launch), launcher=launcher)
+            job = job._replace(**changes, launch=dict(launch), launcher=launcher)
             others = [j for j in self._open_locked() if j.job_id != job_id]
             if may_start(job, others):
                 return self._save(job, job.status)

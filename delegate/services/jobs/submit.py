@@ -472,22 +472,22 @@ def _admit(
         "run_as": profile.run_as,
         "channel": profile.channel,
     }
-    job = state.registry.update(
-        job.job_id,
-        session=session,
-        tmux_socket=tmux.socket_path,
-        max_running=request.max_running,
-        notify=notify,
-        conversation_id=request.conversation_id,
-        after=list(request.after) or None,
-        after_rule=request.after_rule if request.after else None,
-        group=request.group,
+    fields = {
+        "session": session,
+        "tmux_socket": tmux.socket_path,
+        "max_running": request.max_running,
+        "notify": notify,
+        "conversation_id": request.conversation_id,
+        "after": list(request.after) or None,
+        "after_rule": request.after_rule if request.after else None,
+        "group": request.group,
         **_budget(state, profile.name, request),
         **attempt_fields(request, profile.on_interrupt),
-    )
+    }
     agent_env.save(state, job.job_id, env)
+    # one write of the record for all of it: each costs two fsyncs
     return state.registry.admit(
-        job.job_id, launch, start_policy(state, caps(state)), this_launcher()
+        job.job_id, launch, start_policy(state, caps(state)), this_launcher(), fields
     )
 
 
