@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -19,11 +20,16 @@ import pytest
 
 from delegate.adapters.tmux import Tmux
 from delegate.core.model import JobState
+from delegate.runtime.dashboard import snapshot
+from delegate.services.jobs.approvals import operator, waiting_requests
 from delegate.services.jobs.register import register_job
 from delegate.services.state import State
 
 from .browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 from .helpers import cli_env, delegate_cmd, retry_until, run_cli, submit_shell
+from .test_approvals import _answer, _asking
+from .test_git_adapter import make_repo
+from .test_worktree import submit_in_worktree
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -187,6 +193,120 @@ def test_the_page_shows_jobs_live_and_cancels_one(
     assert server.token not in err
 
 
+def asked_ids(state: State, job_id: str) -> list[str]:
+    return [r.request_id for r in waiting_requests(state, [job_id])]
+
+
+def said(page) -> str:
+    return page.inner_text("#detail-said")
+
+
+@pytest.mark.timeout(180)
+def test_detail_approves_denies_retries_and_shows_a_worktree_diff(
+    home: Path, tmux_env: dict[str, str], tmp_path: Path
+):
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    playwright = pytest.importorskip("playwright.sync_api")
+    state = open_state(home)
+    # a stand-in agent in a worktree of a real repository: it writes a file, then asks twice
+    # through the real `delegate hook` and its wrapper waits for a person
+    repo = make_repo(tmp_path / "repo")
+    script = "printf '%s\\n' '<b>from-the-agent</b>' > notes.txt\n"
+    script += _asking(tmp_path, "asked", "git push", 2)
+    asker = submit_in_worktree(home, tmux_env, repo, script)
+    # and a job that ended (failed), to be retried
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert submit_shell(home, tmux_env, plain, "echo ran >> log.txt; exit 4").returncode == 1
+    [ended] = [j.job_id for j in state.registry.list() if j.job_id != asker]
+    [first] = retry_until(lambda: asked_ids(state, asker), timeout=30)
+    server = start_server(home, tmux_env)
+    try:
+        # approve, deny and retry without the token (or with the cookie, without the page's
+        # CSRF value) are refused and change nothing
+        json_body = {"content-type": "application/json"}
+        cookie = session_cookie(server)
+        for headers in (json_body, {**json_body, "Cookie": cookie}):
+            for path in (f"{asker}/approve", f"{asker}/deny", f"{ended}/retry"):
+                status, _, _ = request(
+                    server, "POST", f"/api/jobs/{path}", headers=headers, body=b"{}"
+                )
+                assert status == 403, (path, headers)
+        time.sleep(0.3)  # a decision would be taken within milliseconds
+        assert asked_ids(state, asker) == [first]
+        assert not (tmp_path / "asked.0").read_text()  # the hook has no answer yet
+        assert not state.audit.read_events(asker, kind="approval_sent")
+        assert state.registry.get(ended).retried_by is None and len(state.registry.list()) == 2
+
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on(
+                "dialog",
+                lambda d: d.accept("not today") if d.type == "prompt" else d.accept(),
+            )
+            page.goto(server.url)
+            page.click(f'#jobs tr[data-job="{asker}"] td.id')
+            page.wait_for_selector(f'#requests li[data-request="{first}"]')
+            assert "Bash: git push" in page.inner_text("#requests")
+            # the worktree's diff: the --stat summary and the patch
+            page.wait_for_selector("#diff:not([hidden])")
+            assert "notes.txt" in page.inner_text("#diff-stat")
+            assert "+<b>from-the-agent</b>" in page.inner_text("#diff-patch")  # as text
+            assert page.query_selector("#detail b") is None  # escaped, never markup
+            cut = snapshot.worktree_diff(state, state.registry.get(asker), limit=20)
+            assert cut["truncated"] and len(cut["patch"]) == 20  # bounded in size
+            shot = tmp_path / "dashboard-approve-diff-1280px.png"
+            page.screenshot(path=str(shot))
+            save_artifact(shot)
+
+            # Approve releases the request: the hook answers allow
+            page.click(f'#requests li[data-request="{first}"] button[data-action="approve"]')
+            page.wait_for_function("document.querySelector('#detail-said').textContent")
+            assert said(page) == "allowed: Bash git push"
+            assert _answer(tmp_path, "asked", 0) == {"behavior": "allow"}
+            # the second request: Deny, with the reason typed into the prompt
+            [second] = retry_until(lambda: [r for r in asked_ids(state, asker) if r != first])
+            page.click(f'#jobs tr[data-job="{asker}"] td.id')
+            page.wait_for_selector(f'#requests li[data-request="{second}"]')
+            page.click(f'#requests li[data-request="{second}"] button[data-action="deny"]')
+            page.wait_for_function(
+                "document.querySelector('#detail-said').textContent !== 'allowed: Bash git push'"
+            )
+            assert said(page) == "denied: Bash git push"
+            retry_until(lambda: state.registry.get(asker).status.terminal, timeout=30)
+            assert _answer(tmp_path, "asked", 1) == {"behavior": "deny", "message": "not today"}
+            made = state.audit.read_events(asker, kind="permission_decided")
+            assert [(d["behavior"], d["maker"]) for d in made] == [
+                ("allow", operator()),
+                ("deny", operator()),
+            ]
+
+            # Retry on the ended job: attempt 2, with the same prompt, appears in the table
+            page.click(f'#jobs tr[data-job="{ended}"] td.id')
+            page.wait_for_selector(f'#detail[data-job="{ended}"]')
+            page.click('#detail-actions button[data-action="retry"]')
+            page.wait_for_function(
+                "document.querySelector('#detail-said').textContent.startsWith('attempt')"
+            )
+            again = state.registry.get(ended).retried_by
+            assert again and said(page) == f"attempt 2 started as job {again}"
+            attempt = state.registry.get(again)
+            assert (attempt.attempt, attempt.retry_of) == (2, ended)
+            page.wait_for_selector(f'#jobs tr[data-job="{again}"]', timeout=15_000)
+            assert page.query_selector('#detail-actions button[data-action="retry"]') is None
+            retry_until(lambda: (plain / "log.txt").read_text() == "ran\nran\n", timeout=30)
+            page.set_viewport_size({"width": 800, "height": 900})
+            shot = tmp_path / "dashboard-retried-800px.png"
+            page.screenshot(path=str(shot))
+            save_artifact(shot)
+            browser.close()
+    finally:
+        _out, err = stop_server(server)
+    assert server.token not in err
+
+
 def test_without_the_token_nothing_is_shown_nor_changed(home: Path, tmux_env, served: Server):
     state = open_state(home)
     job = register_job(state, command="echo hi")[0]
@@ -207,6 +327,18 @@ def test_without_the_token_nothing_is_shown_nor_changed(home: Path, tmux_env, se
     csrf = page.split('name="csrf" content="', 1)[1].split('"', 1)[0]
     foreign = {"Cookie": cookie, "x-delegate-csrf": csrf, "Origin": "http://evil.example"}
     assert request(served, "POST", cancel, headers=foreign)[0] == 403
+    assert state.registry.get(job.job_id).status is JobState.PENDING
+
+    # with all of them: a decision too long is refused, and the services' one-line errors come
+    # back (nothing waits for a decision; only an ended job is retried)
+    allowed = {"Cookie": cookie, "x-delegate-csrf": csrf, "content-type": "application/json"}
+    jobs = f"/api/jobs/{job.job_id}"
+    long_reason = json.dumps({"reason": "x" * 5000}).encode()
+    assert request(served, "POST", f"{jobs}/deny", headers=allowed, body=long_reason)[0] == 400
+    status, _, body = request(served, "POST", f"{jobs}/approve", headers=allowed, body=b"{}")
+    assert status == 409 and b"no permission request waiting" in body
+    status, _, body = request(served, "POST", f"{jobs}/retry", headers=allowed)
+    assert status == 409 and b"only an ended job is retried" in body
     assert state.registry.get(job.job_id).status is JobState.PENDING
 
     # with all of them it is cancelled
@@ -247,7 +379,9 @@ def test_read_only_refuses_actions(home: Path, tmux_env):
         assert '<meta name="read-only" content="true">' in page
         csrf = page.split('name="csrf" content="', 1)[1].split('"', 1)[0]
         headers = {"Cookie": cookie, "x-delegate-csrf": csrf}
-        assert request(server, "POST", f"/api/jobs/{job.job_id}/cancel", headers=headers)[0] == 403
+        for action in ("cancel", "send", "approve", "deny", "retry"):
+            path = f"/api/jobs/{job.job_id}/{action}"
+            assert request(server, "POST", path, headers=headers)[0] == 403, action
         assert state.registry.get(job.job_id).status is JobState.PENDING
     finally:
         stop_server(server)

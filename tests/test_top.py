@@ -19,6 +19,7 @@ from textual.widgets import Input, Log
 from delegate.core.model import JobState
 from delegate.runtime.top import rows as view
 from delegate.runtime.top.app import PERMISSION_STYLE, Confirm, JobsTable, TextPage, TopApp
+from delegate.services.jobs.approvals import operator, waiting_requests
 from delegate.services.jobs.publish import publish_event
 from delegate.services.jobs.register import register_job
 from delegate.services.session import peek
@@ -26,6 +27,7 @@ from delegate.services.state import State
 
 from .helpers import cli_env, delegate_cmd, json_lines, retry_until, run_cli, submit_shell
 from .pty_run import run_in_pty
+from .test_approvals import _answer, _asking
 
 SIZE = (80, 24)
 
@@ -226,6 +228,60 @@ def test_s_sends_a_line_to_the_pane(home: Path, tmux_env: dict[str, str], tmp_pa
     got = retry_until(lambda: (tmp_path / "got.txt").exists() and (tmp_path / "got.txt"))
     assert got.read_text() == "got:ping\n"
     assert "ping" in peek(state, session, lines=20)  # the typed line, echoed in the pane
+
+
+def said(app: TopApp) -> str:
+    """The notifications the app shows now (the footer's toasts), one per line."""
+    return "\n".join(str(n.message) for n in app._notifications)
+
+
+@pytest.mark.timeout(120)
+def test_a_approves_and_d_denies_a_waiting_permission_request(
+    home: Path, tmux_env: dict[str, str], tmp_path: Path
+):
+    # a stand-in agent asks twice through the real `delegate hook`; its wrapper waits
+    job_id = submit_running(home, tmux_env, tmp_path, _asking(tmp_path, "asked", "git push", 2))
+    state = open_state(home, tmux_env)
+    answered = [tmp_path / "asked.0", tmp_path / "asked.1"]
+    app = TopApp(state)
+
+    def request_ids() -> list[str]:
+        return [r.request_id for r in waiting_requests(state, [job_id])]
+
+    async def steps(pilot: Pilot[int]) -> None:
+        await until(pilot, lambda: cell(app, job_id, "event") == "ASKS: Bash: git push", 30)
+        first = await until(pilot, request_ids, 30)
+        assert app.selected_job() == job_id
+        await pilot.press("a")
+        await until(pilot, lambda: answered[0].exists() and answered[0].read_text())
+        await until(pilot, lambda: f"allowed: Bash git push (job {job_id})" in said(app))
+        # its second request: `d` asks why, Enter denies with that reason
+        second = await until(pilot, lambda: [r for r in request_ids() if r not in first], 30)
+        assert second
+        await pilot.press("d")
+        await until(pilot, lambda: app.query_one(Input).has_class("shown"))
+        assert "deny Bash git push" in app.query_one(Input).placeholder
+        await pilot.press(*"not", "space", *"today", "enter")
+        await until(pilot, lambda: answered[1].exists() and answered[1].read_text())
+        await until(pilot, lambda: f"denied: Bash git push (job {job_id})" in said(app))
+        await until(pilot, lambda: cell(app, job_id, "state") == "completed", 30)
+        # nothing waits any more: both keys say so in one line, and `d` asks for no reason
+        await pilot.press("a")
+        await until(pilot, lambda: "no permission request waiting" in said(app))
+        await pilot.press("d")
+        await until(pilot, lambda: "nothing is waiting for a decision" in said(app))
+        assert not app.query_one(Input).has_class("shown")
+        await pilot.press("q")
+
+    drive(app, steps)
+    assert _answer(tmp_path, "asked", 0) == {"behavior": "allow"}
+    assert _answer(tmp_path, "asked", 1) == {"behavior": "deny", "message": "not today"}
+    made = state.audit.read_events(job_id, kind="permission_decided")
+    assert [(d["behavior"], d["reason"]) for d in made] == [
+        ("allow", f"allowed by {operator()}"),
+        ("deny", "not today"),
+    ]
+    assert [d["maker"] for d in made] == [operator(), operator()]  # the person, user@host
 
 
 # --- the real command ---------------------------------------------------------------------------

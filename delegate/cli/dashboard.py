@@ -25,7 +25,10 @@ def dashboard(
     bind: Annotated[str, typer.Option("--bind", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port (0: any free one).")] = 8765,
     read_only: Annotated[
-        bool, typer.Option("--read-only", help="Show jobs only: no Cancel or Send.")
+        bool,
+        typer.Option(
+            "--read-only", help="Show jobs only: no actions (Cancel, Send, Approve/Deny, Retry)."
+        ),
     ] = False,
     tls_cert: Annotated[
         str | None, typer.Option("--tls-cert", help="PEM certificate, to serve HTTPS.")
@@ -41,9 +44,11 @@ def dashboard(
         Path, typer.Option("--report-dir", help="Where `report --format html` wrote its page.")
     ] = Path("delegate-report"),
 ) -> int:
-    """A local web page of the jobs, live: table, detail, queue, hosts, latest report.
+    """A local web page of the jobs, live: table, detail (with a worktree job's diff), queue,
+    hosts, latest report.
 
-    Prints its URL once, with a token (as Jupyter does); Cancel and Send need it. Binding
+    Prints its URL once, with a token (as Jupyter does); Cancel, Send, Approve, Deny and
+    Retry need it. Binding
     anything but loopback needs --tls-cert/--tls-key, or --insecure.
     Example: delegate dashboard --port 8765
     """

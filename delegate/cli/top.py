@@ -24,7 +24,8 @@ def top(
 ) -> int:
     """The jobs, live, full screen: state, agent, group, time, cost, last event, queue.
 
-    Keys: Enter pane and events, c cancel, s send a line, l logs, / filter, q quit.
+    Keys: Enter pane and events, c cancel, a/d approve/deny a permission request, s send
+    a line, l logs, / filter, q quit.
     Not at a terminal: one snapshot, as `ps` prints it.
     Example: delegate top --group nightly
     """

@@ -11,6 +11,7 @@ import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlencode
@@ -37,6 +38,8 @@ from delegate.core.model import validate_job_id
 from delegate.runtime.dashboard import snapshot
 from delegate.runtime.dashboard.guard import COOKIE, CSRF_HEADER, Guard
 from delegate.runtime.dashboard.live import LiveTable
+from delegate.services.jobs.host_approvals import approve
+from delegate.services.jobs.retry import retry
 from delegate.services.jobs.submit import cancel
 from delegate.services.session import send
 from delegate.services.state import State
@@ -44,6 +47,8 @@ from delegate.services.state import State
 STATIC = Path(__file__).resolve().parent / "static"
 ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
 SEND_LIMIT = 4096  # characters one Send may type into a pane
+REASON_LIMIT = 1000  # characters of a Deny's reason (the agent is told it)
+REQUEST_ID_LIMIT = 64
 
 
 class Options(NamedTuple):
@@ -118,6 +123,24 @@ def _job_id(request: Request) -> str:
     return validate_job_id(request.path_params["job_id"])
 
 
+async def _body(request: Request) -> dict[str, Any]:
+    """A POST's JSON object; {} for none or anything else."""
+    try:
+        body = await request.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _text_or_none(body: dict[str, Any], name: str, limit: int) -> tuple[str | None, bool]:
+    """`body[name]` if it is absent or empty (None), or a string of at most `limit` characters;
+    the bool says whether it was acceptable."""
+    value = body.get(name)
+    if value is None or value == "":
+        return None, True
+    return (value, True) if isinstance(value, str) and len(value) <= limit else (None, False)
+
+
 def _error(exc: DelegateError) -> JSONResponse:
     status = 404 if isinstance(exc, JobNotFound) else 400 if isinstance(exc, InvalidJobId) else 409
     return JSONResponse({"error": str(exc)}, status_code=status)
@@ -151,6 +174,9 @@ class Dashboard:
             Route("/api/jobs/{job_id}", self.job),
             Route("/api/jobs/{job_id}/cancel", self.cancel, methods=["POST"]),
             Route("/api/jobs/{job_id}/send", self.send, methods=["POST"]),
+            Route("/api/jobs/{job_id}/approve", self.approve, methods=["POST"]),
+            Route("/api/jobs/{job_id}/deny", self.deny, methods=["POST"]),
+            Route("/api/jobs/{job_id}/retry", self.retry, methods=["POST"]),
             Route("/api/hosts", self.hosts),
             Route("/api/report", self.report_info),
             Route("/report", self.report),
@@ -203,11 +229,7 @@ class Dashboard:
         return JSONResponse({"state": done.job.status.value, "note": done.session_note})
 
     async def send(self, request: Request) -> Response:
-        try:
-            body = await request.json()
-        except ValueError:
-            body = None
-        text = body.get("text") if isinstance(body, dict) else None
+        text = (await _body(request)).get("text")
         if not isinstance(text, str) or not text or len(text) > SEND_LIMIT:
             return JSONResponse({"error": f"send needs text (1-{SEND_LIMIT} chars)"}, 400)
         try:
@@ -218,6 +240,47 @@ class Dashboard:
         except DelegateError as exc:
             return _error(exc)
         return JSONResponse({"sent": True})
+
+    async def approve(self, request: Request) -> Response:
+        return await self._decide(request, deny=False)
+
+    async def deny(self, request: Request) -> Response:
+        return await self._decide(request, deny=True)
+
+    async def _decide(self, request: Request, *, deny: bool) -> Response:
+        """Answer the job's waiting permission request (`request_id`, else its oldest) as
+        `delegate approve [--deny --reason]` does: the same service, this machine's user as
+        the maker. Returns once the job's wrapper (or its agent host) took the decision."""
+        body = await _body(request)
+        request_id, id_ok = _text_or_none(body, "request_id", REQUEST_ID_LIMIT)
+        reason, reason_ok = _text_or_none(body, "reason", REASON_LIMIT)
+        if not (id_ok and reason_ok):
+            limits = f"request_id up to {REQUEST_ID_LIMIT}, reason up to {REASON_LIMIT} chars"
+            return JSONResponse({"error": f"bad decision: {limits}"}, 400)
+        try:
+            decide = partial(approve, deny=deny, reason=reason, request_id=request_id)
+            answered = await run_in_threadpool(decide, self.state, _job_id(request))
+        except DelegateError as exc:
+            return _error(exc)
+        await run_in_threadpool(self.live.refresh)
+        return JSONResponse({**answered._asdict(), "behavior": "deny" if deny else "allow"})
+
+    async def retry(self, request: Request) -> Response:
+        """A new attempt of an ended job, as `delegate retry JOB` makes it (same prompt)."""
+        try:
+            result = await run_in_threadpool(retry, self.state, _job_id(request))
+        except DelegateError as exc:
+            return _error(exc)
+        await run_in_threadpool(self.live.refresh)
+        job = result.job
+        return JSONResponse(
+            {
+                "job_id": job.job_id,
+                "attempt": job.attempt,
+                "retry_of": job.retry_of,
+                "state": job.status.value,
+            }
+        )
 
     async def events(self, request: Request) -> Response:
         after = request.query_params.get("after", "")

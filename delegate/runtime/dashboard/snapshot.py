@@ -1,6 +1,8 @@
 """What the dashboard shows, as JSON-ready dicts, built from the services the CLI uses
 (`services.ps.row_for` for the table, `services.logs` for a job's trail, `services.session.peek`
-for its pane, `services.remote.host_rows` for hosts): never a second copy of their logic."""
+for its pane, `services.remote.host_rows` for hosts, `services.worktrees.diff` for a worktree
+job's changes, the approvals services for its waiting permission requests): never a second
+copy of their logic."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from delegate.adapters.audit import parse_line
 from delegate.core.errors import DelegateError
 from delegate.core.model import Job
 from delegate.core.timefmt import record_timestamp
-from delegate.services import ps
+from delegate.services import ps, worktrees
+from delegate.services.jobs.approvals import WaitingRequest, waiting_requests
+from delegate.services.jobs.host_approvals import waiting_on_hosts
 from delegate.services.logs import follow_log
 from delegate.services.remote import host_rows
 from delegate.services.session import peek
@@ -39,10 +43,16 @@ JOB_FIELDS = (
     "conversation_id",
     "wall_timeout_s",
     "idle_timeout_s",
+    "attempt",
+    "retry_of",
+    "retried_by",
 )
 TERMINAL_STATES = frozenset(
     {"completed", "error", "failed", "cancelled"}
 )  # "failed": rows as older code named them
+# How much of a worktree job's diff a page is sent: a job that rewrote a vendored tree would
+# otherwise make a response (and a <pre>) of many megabytes. `delegate diff` shows it all.
+DIFF_LIMIT = 200_000
 
 
 def row_dict(row: ps.Row, cost_usd: float | None) -> dict[str, Any]:
@@ -109,6 +119,35 @@ def job_detail(
         "logs": [line.decode("utf-8", "replace").rstrip("\n") for line in lines[-log_lines:]],
         "pane": pane,
         "pane_note": pane_note,
+        "waiting": [r._asdict() for r in waiting_of(state, job)],
+        "diff": worktree_diff(state, job) if job.worktree else None,
+    }
+
+
+def waiting_of(state: State, job: Job) -> list[WaitingRequest]:
+    """The job's permission requests waiting for a person, oldest first, as `delegate
+    approvals` lists them (here, or on the job's agent host)."""
+    if job.status.terminal:
+        return []
+    if job.host:
+        return waiting_on_hosts(state, [job])
+    return waiting_requests(state, [job.job_id])
+
+
+def worktree_diff(state: State, job: Job, limit: int = DIFF_LIMIT) -> dict[str, Any]:
+    """A worktree job's changes as `delegate diff --stat` and `delegate diff` print them
+    (without colour), the patch cut at `limit` characters; `note` says why there is none."""
+    try:
+        stat = worktrees.diff(state, job.job_id, ["--stat"], color=False)
+        patch = worktrees.diff(state, job.job_id, [], color=False)
+    except DelegateError as exc:
+        return {"stat": "", "patch": "", "truncated": False, "note": str(exc)}
+    text = patch.decode("utf-8", "replace")
+    return {
+        "stat": stat.decode("utf-8", "replace"),
+        "patch": text[:limit],
+        "truncated": len(text) > limit,
+        "note": None if text else "no changes against the base",
     }
 
 

@@ -6,8 +6,10 @@ subscription wakes it as an event lands, the registry's mtimes tell it of new an
 and tmux is asked again on the monitor's rhythm. It calls us back on its thread; we post a
 message to the screen's loop, so nothing here polls for events.
 
-Keys: Enter a job's pane tail and events, `c` cancel (y/n), `s` send a line, `l` logs,
-`/` filter, `q` quit. Approving or denying a permission request (`a`/`d`) is not there yet.
+Keys: Enter a job's pane tail and events, `c` cancel (y/n), `a` approve or `d` deny (with an
+optional reason) the job's waiting permission request, `s` send a line, `l` logs, `/` filter,
+`q` quit. `a`/`d` answer as `delegate approve` does (the same service, the person at this
+terminal as the decision's maker, the job's agent host when it runs on one).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from delegate.adapters.bus import Bus, open_bus
 from delegate.core.errors import DelegateError
 from delegate.core.timefmt import human_duration
 from delegate.runtime.dashboard.live import LiveTable
-from delegate.runtime.dashboard.snapshot import TERMINAL_STATES
+from delegate.runtime.dashboard.snapshot import TERMINAL_STATES, waiting_of
 from delegate.runtime.top import rows as view
+from delegate.services.jobs.host_approvals import approve
 from delegate.services.jobs.submit import cancel
 from delegate.services.session import send
 from delegate.services.state import State
@@ -125,8 +128,8 @@ class TopApp(App[int]):
         Binding("s", "send_line", "Send"),
         Binding("l", "logs", "Logs"),
         Binding("slash", "filter", "Filter"),
-        Binding("a", "permission('approve')", "Approve", show=False),
-        Binding("d", "permission('deny')", "Deny", show=False),
+        Binding("a", "permission('approve')", "Approve"),
+        Binding("d", "permission('deny')", "Deny"),
         Binding("escape", "close_prompt", "Close", show=False),
         Binding("q", "quit_top", "Quit"),
     ]
@@ -143,7 +146,7 @@ class TopApp(App[int]):
         self._rows: dict[str, dict[str, Any]] = {}  # job id -> row, in the order first seen
         self._note: str | None = None
         self._filter = ""
-        self._prompt_for: tuple[str, str] | None = None  # ("filter" | "send", job id)
+        self._prompt_for: tuple[str, str] | None = None  # ("filter" | "send" | "deny", job id)
         self._shown = view.columns()
 
     # --- layout -----------------------------------------------------------------------------
@@ -372,6 +375,8 @@ class TopApp(App[int]):
         self._hide_prompt()
         if mode == "send":
             self._send(job_id, event.value)
+        elif mode == "deny":
+            self._answer(job_id, deny=True, reason=event.value.strip() or None)
 
     def _send(self, job_id: str, text: str) -> None:
         session = str(self._rows.get(job_id, {}).get("session") or "")
@@ -387,7 +392,35 @@ class TopApp(App[int]):
         self._sync(set())
 
     def action_permission(self, what: str) -> None:
-        self.notify(f"{what}: answering a permission request from here is not there yet")
+        """`a` allows the selected job's oldest waiting request; `d` asks for a reason first."""
+        job_id = self.selected_job()
+        if job_id is None:
+            return
+        if what == "approve":
+            self._answer(job_id, deny=False, reason=None)
+            return
+        try:
+            waiting = waiting_of(self.state, self.state.registry.get(job_id))
+        except DelegateError as exc:
+            self.notify(f"job {job_id}: {exc}", severity="error")
+            return
+        if not waiting:  # say so now, not after a reason was typed
+            self.notify(f"job {job_id}: nothing is waiting for a decision", severity="warning")
+            return
+        asks = f"deny {waiting[0].tool} {waiting[0].summary}: why? (Enter denies, Esc not)"
+        self._open_prompt("deny", job_id, view.cut(asks, 70))
+
+    @work(thread=True, exclusive=False)
+    def _answer(self, job_id: str, *, deny: bool, reason: str | None) -> None:
+        """Off the screen's loop: the wrapper (or the agent host) takes a moment to confirm."""
+        try:
+            answered = approve(self.state, job_id, deny=deny, reason=reason)
+        except DelegateError as exc:
+            self.notify(f"job {job_id}: {exc}", severity="error")
+            return
+        verdict = "denied" if deny else "allowed"
+        where = f", confirmed by host {answered.host}" if answered.host else ""
+        self.notify(f"{verdict}: {answered.tool} {answered.summary} (job {job_id}{where})")
 
     def action_quit_top(self) -> None:
         self.exit(0)

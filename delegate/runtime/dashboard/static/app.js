@@ -155,11 +155,83 @@ function connect(shown) {
   source.onerror = () => { $("#live").textContent = "reconnecting"; $("#live").classList.add("off"); };
 }
 
+// The detail's actions: Approve / Deny each waiting permission request, Retry an ended job
+// that has no later attempt yet. What became of one is said above the fields.
+function said(text, bad) {
+  const p = $("#detail-said");
+  p.textContent = text;
+  p.classList.toggle("bad", Boolean(bad));
+  p.hidden = !text;
+}
+
+async function act(jobId, action, body, done) {
+  const response = await fetch(`/api/jobs/${jobId}/${action}`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-delegate-csrf": CSRF },
+    body: JSON.stringify(body || {}),
+  });
+  const answer = await response.json().catch(() => ({}));
+  await showDetail(jobId);
+  said(response.ok ? done(answer) : (answer.error || `refused (${response.status})`), !response.ok);
+}
+
+function decide(jobId, request, deny) {
+  let reason = null;
+  if (deny) {
+    reason = prompt(`Deny ${request.tool} ${request.summary}? Why (optional; the agent is told):`);
+    if (reason === null) return;
+  }
+  const action = deny ? "deny" : "approve";
+  act(jobId, action, { request_id: request.request_id, reason },
+    (a) => `${deny ? "denied" : "allowed"}: ${a.tool} ${a.summary}`);
+}
+
+function detailActions(detail) {
+  const job = detail.job;
+  const box = $("#detail-actions");
+  box.replaceChildren();
+  $("#requests").replaceChildren(...detail.waiting.map((r) => {
+    const li = el("li", { "data-request": r.request_id }, el("span", { class: "asks" },
+      `${r.tool}: ${r.summary}`));
+    if (!READ_ONLY) {
+      const yes = el("button", { type: "button", "data-action": "approve" }, "Approve");
+      const no = el("button", { type: "button", class: "danger", "data-action": "deny" }, "Deny");
+      yes.onclick = () => decide(job.job_id, r, false);
+      no.onclick = () => decide(job.job_id, r, true);
+      li.append(yes, no);
+    }
+    return li;
+  }));
+  $("#permission").hidden = detail.waiting.length === 0;
+  if (!READ_ONLY && !OPEN.has(job.state) && !job.retried_by) {
+    const again = el("button", { type: "button", "data-action": "retry" }, "Retry");
+    again.onclick = () => act(job.job_id, "retry", {},
+      (a) => `attempt ${a.attempt} started as job ${a.job_id}`);
+    box.append(again);
+  }
+}
+
+function showDiff(diff) {
+  $("#diff").hidden = !diff;
+  if (!diff) return;
+  $("#diff-stat").textContent = diff.stat;
+  $("#diff-stat").hidden = !diff.stat;
+  const cut = diff.truncated ? "\n… (cut here: `delegate diff` shows all of it)" : "";
+  $("#diff-patch").textContent = diff.patch + cut;
+  $("#diff-patch").hidden = !diff.patch;
+  $("#diff-note").textContent = diff.note || "";
+  $("#diff-note").hidden = !diff.note;
+}
+
 async function showDetail(jobId) {
   const response = await fetch(`/api/jobs/${jobId}`);
   if (!response.ok) return;
   const detail = await response.json();
+  if ($("#detail").dataset.job !== jobId) said("");
+  $("#detail").dataset.job = jobId;
   $("#detail-title").textContent = `job ${jobId}`;
+  detailActions(detail);
+  showDiff(detail.diff);
   const fields = Object.entries(detail.job).filter(([, v]) => v != null && v !== "");
   $("#detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, String(v))]));
   $("#timeline").replaceChildren(...detail.timeline.map((e) => el("li", {},
