@@ -50,6 +50,7 @@ from delegate.services.state import State
 SERVER_NAME = "delegate"
 JOB_WAIT_MAX_S = 3600.0
 JOB_POLL_S = 0.2
+WAIT_POLL_S = 0.05  # a waiting msg_inbox or acquire looks again this often
 INSTRUCTIONS = (
     "Coordination with the other agents of this delegate installation, as the job this server"
     " serves: messages, locks and claims with fencing tokens, heartbeats, the blackboard, the"
@@ -117,22 +118,38 @@ class Tools:
             message_id=message_id,
         )
 
-    def msg_inbox(self, wait: float, limit: int) -> dict[str, Any]:
-        found = messages.receive(self.store, self.me.agent, wait_s=wait, limit=limit)
-        return {"agent": self.me.agent, "messages": found}
+    async def msg_inbox(self, wait: float, limit: int) -> dict[str, Any]:
+        """Polled without blocking: a wait here must not stall the agent's other tool calls
+        (the store's connection lives on the event loop's thread, so no worker thread)."""
+        deadline = anyio.current_time() + max(wait, 0.0)
+        while True:
+            found = messages.receive(self.store, self.me.agent, limit=limit)
+            if found or anyio.current_time() >= deadline:
+                return {"agent": self.me.agent, "messages": found}
+            await _pause_until(deadline)
 
     def msg_ack(self, seq: int) -> dict[str, Any]:
         return {"agent": self.me.agent, "acked": messages.ack(self.store, self.me.agent, seq)}
 
     # --- locks and claims -------------------------------------------------------------------
 
-    def acquire(
+    async def acquire(
         self, kind: str, name: str, ttl: float, wait: float, break_dead: bool
     ) -> dict[str, Any]:
-        grant = acquire_lease(
-            self.store, kind, name, self.me.agent, ttl_s=ttl, wait_s=wait, break_dead=break_dead
-        )
-        return grant.to_dict()
+        """Tried again while another holds it, until `wait` runs out (as msg_inbox waits)."""
+        if wait < 0:
+            raise UsageError("wait is a number of seconds, 0 or more")
+        deadline = anyio.current_time() + wait
+        while True:
+            try:
+                grant = acquire_lease(
+                    self.store, kind, name, self.me.agent, ttl_s=ttl, break_dead=break_dead
+                )
+                return grant.to_dict()
+            except leases.Held:
+                if anyio.current_time() >= deadline:
+                    raise
+            await _pause_until(deadline)
 
     def renew(self, kind: str, name: str, ttl: float) -> dict[str, Any]:
         return leases.renew(self.store, kind, name, self.me.agent, ttl_s=ttl).to_dict()
@@ -229,6 +246,11 @@ class Tools:
         return {"job_id": self.me.job_id, "event": "progress", "detail": detail}
 
 
+async def _pause_until(deadline: float) -> None:
+    """One poll interval of a waiting tool, never past its deadline; the loop stays free."""
+    await anyio.sleep(max(0.0, min(WAIT_POLL_S, deadline - anyio.current_time())))
+
+
 def one_line(exc: DelegateError) -> str:
     text = " ".join(str(exc).split())
     return f"{text} (exit {exc.exit_code})"
@@ -292,7 +314,7 @@ def message_tools(server: MCPServer, tools: Tools) -> None:
     ) -> dict[str, Any]:
         """Messages to this agent not yet acknowledged, oldest first (`delegate msg recv`).
         Receiving does not acknowledge: call msg_ack once they are handled."""
-        return tools.msg_inbox(wait, limit)
+        return await tools.msg_inbox(wait, limit)
 
     async def msg_ack(
         seq: Annotated[int, Field(description="Everything up to this seq is handled.")],
@@ -310,7 +332,7 @@ def lease_tools(server: MCPServer, tools: Tools) -> None:
     ) -> dict[str, Any]:
         """Lock RESOURCE for this agent; returns its fencing token (refused, exit 75, while
         another holds it). Pass the token to whatever checks it (lock_check)."""
-        return tools.acquire("lock", resource, ttl, wait, break_dead)
+        return await tools.acquire("lock", resource, ttl, wait, break_dead)
 
     async def lock_renew(resource: Resource, ttl: Ttl = LOCK_TTL_S) -> dict[str, Any]:
         """Extend this agent's live lock by TTL seconds from now (an expired one must be
@@ -333,7 +355,7 @@ def lease_tools(server: MCPServer, tools: Tools) -> None:
     ) -> dict[str, Any]:
         """Claim TASK for this agent with a lease (first claim wins; exit 75 while another
         holds it); returns its fencing token."""
-        return tools.acquire("claim", task, lease, wait, break_dead)
+        return await tools.acquire("claim", task, lease, wait, break_dead)
 
     async def claim_renew(task: Task, lease: Lease = 60.0) -> dict[str, Any]:
         """Extend this agent's live claim by LEASE seconds from now."""
