@@ -280,7 +280,7 @@ def test_the_pinned_claude_cli_lists_the_generated_server(state: State, tmp_path
     (project / ".mcp.json").write_bytes((job_dir / "mcp.json").read_bytes())
     (tmp_path / "claudehome").mkdir()
     listed = subprocess.run(
-        [str(CLAUDE), "mcp", "get", "delegate"],
+        [str(claude), "mcp", "get", "delegate"],
         cwd=project,
         env={"HOME": str(tmp_path / "claudehome"), "PATH": os.environ.get("PATH", "")},
         capture_output=True,
@@ -331,8 +331,8 @@ def test_a_warm_server_serves_the_jobs_agent_on_its_own_pipes(state: State, home
 
     with warm_server(state, job) as warm:
         anyio.run(main, warm)
-        log = (state.audit.job_dir(job.job_id) / "mcp-warm.log").read_text()
-        assert "serving a client in process" in log
+    log = (state.audit.job_dir(job.job_id) / "mcp-warm.log").read_text()  # written after fork
+    assert "serving a client in process" in log
     assert not (state.audit.job_dir(job.job_id) / "mcp.sock").exists()
     assert warm.proc.returncode is not None
 
@@ -353,7 +353,7 @@ def test_the_warm_servers_child_says_why_it_stopped_and_its_status_is_the_client
             text=True,
             timeout=120,
         )
-        log = (state.audit.job_dir(job.job_id) / "mcp-warm.log").read_text()
+    log = (state.audit.job_dir(job.job_id) / "mcp-warm.log").read_text()  # written after fork
     assert "serving a client in process" in log  # the refusal came from the warm child
     assert result.returncode == 64, result
     assert result.stderr.strip().splitlines() == [
