@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,9 @@ import pytest
 from mcp import ClientSession, StdioServerParameters  # `make test` installs the `mcp` extra
 from mcp.client.stdio import stdio_client
 
+from delegate.adapters import mcp_handover
 from delegate.core.model import Job
+from delegate.runtime.mcp_warm import WarmServer
 from delegate.services.jobs import mcp_config
 from delegate.services.jobs.publish import publish_event
 from delegate.services.jobs.register import register_job
@@ -274,7 +280,7 @@ def test_the_pinned_claude_cli_lists_the_generated_server(state: State, tmp_path
     (project / ".mcp.json").write_bytes((job_dir / "mcp.json").read_bytes())
     (tmp_path / "claudehome").mkdir()
     listed = subprocess.run(
-        [str(CLAUDE), "mcp", "get", "delegate"],
+        [str(claude), "mcp", "get", "delegate"],
         cwd=project,
         env={"HOME": str(tmp_path / "claudehome"), "PATH": os.environ.get("PATH", "")},
         capture_output=True,
@@ -284,3 +290,155 @@ def test_the_pinned_claude_cli_lists_the_generated_server(state: State, tmp_path
     assert listed.returncode == 0, listed.stderr
     assert f"{sys.executable}" in listed.stdout and "-m delegate.entry.mcp" in listed.stdout
     assert f"DELEGATE_JOB_ID={job.job_id}" in listed.stdout
+
+
+# --- the warm server (runtime/mcp_warm, entry/mcp_zygote) -----------------------------------
+
+
+@contextmanager
+def warm_server(state: State, job: Job) -> Iterator[WarmServer]:
+    """A zygote started as the wrapper starts it: the job's environment, its log folder."""
+    env = cli_env(state.layout.home, {"DELEGATE_JOB_ID": job.job_id})
+    job_dir = state.audit.job_dir(job.job_id, create=True)
+    warm = WarmServer.start(job_dir, env)
+    try:
+        yield warm
+    finally:
+        warm.stop()
+
+
+def wait_ready(state: State, job: Job) -> None:
+    log = state.audit.job_dir(job.job_id) / "mcp-warm.log"
+    deadline = time.monotonic() + 60
+    while " ready (pid " not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def children_of(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(p) for p in text.split()]
+
+
+def test_a_warm_server_serves_the_jobs_agent_on_its_own_pipes(state: State, home: Path) -> None:
+    job = new_job(state)
+
+    async def main(warm: WarmServer) -> None:
+        async with served(home, job.job_id) as session:
+            assert len(children_of(warm.pid)) == 1  # the forked child serves this session
+            grant = await call(session, "lock_acquire", resource="src/app.py", ttl=60)
+            assert grant["owner"] == job.job_id  # the job's identity, from its environment
+            await call(session, "lock_release", resource="src/app.py")
+
+    with warm_server(state, job) as warm:
+        anyio.run(main, warm)
+    log = (state.audit.job_dir(job.job_id) / "mcp-warm.log").read_text()  # written after fork
+    assert "serving a client in process" in log
+    assert not (state.audit.job_dir(job.job_id) / "mcp.sock").exists()
+    assert warm.proc.returncode is not None
+
+
+def test_the_warm_servers_child_says_why_it_stopped_and_its_status_is_the_clients(
+    state: State, home: Path
+) -> None:
+    job = new_job(state, started=True)
+    with warm_server(state, job):
+        wait_ready(state, job)
+        publish_event(state, job.job_id, "completed")  # an ended job is served by no one
+        env = cli_env(home, {"DELEGATE_JOB_ID": job.job_id})
+        result = subprocess.run(
+            [sys.executable, "-m", "delegate.entry.mcp"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    log = (state.audit.job_dir(job.job_id) / "mcp-warm.log").read_text()  # written after fork
+    assert "serving a client in process" in log  # the refusal came from the warm child
+    assert result.returncode == 64, result
+    assert result.stderr.strip().splitlines() == [
+        f"delegate: job {job.job_id} has ended (completed)"
+    ]
+
+
+def test_a_stale_socket_or_another_jobs_server_means_serving_in_process(
+    state: State, home: Path
+) -> None:
+    a, b = new_job(state), new_job(state)
+    stale = state.audit.job_dir(a.job_id, create=True) / "mcp.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(stale))  # a socket nobody listens on: a zygote killed with SIGKILL
+    dead.close()
+
+    async def main() -> None:
+        async with served(home, a.job_id) as session:
+            assert (await call(session, "heartbeat", task="x"))["agent"] == a.job_id
+
+    anyio.run(main)
+    with warm_server(state, b) as warm:
+        path = mcp_handover.socket_path(str(home), b.job_id)
+        assert path is not None
+        wait_ready(state, b)
+        assert mcp_handover.hand_over(path, a.job_id) is None  # B's server refuses A
+        assert children_of(warm.pid) == []
+
+
+def test_a_jobs_warm_server_lives_as_long_as_its_agent(home: Path, tmux_env, tmp_path: Path):
+    """A real job in real tmux whose (stand-in) claude agent uses `delegate mcp` from the
+    config its profile registered: the job's warm server serves it, and is gone after."""
+    home.mkdir(parents=True, exist_ok=True)
+    agent = [sys.executable, str(Path(__file__).parent / "agents" / "mcp_agent.py")]
+    (home / "delegate.toml").write_text(
+        f'[profiles.claude]\ncommand = {json.dumps(agent)}\nprompt = "stdin"\npreamble = false\n'
+    )
+    result = run_cli(
+        home, "submit", "--wait", "--agent", "claude", "--prompt", "lock it",
+        "--workdir", str(tmp_path), env=tmux_env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    job_id = json_lines(result.stdout)[-1]["job_id"]
+    taken = json.loads((tmp_path / "mcp_result.json").read_text())
+    assert not taken["is_error"] and taken["result"]["owner"] == job_id
+    job_dir = home / "logs" / job_id
+    log = (job_dir / "mcp-warm.log").read_text()
+    assert "serving a client in process" in log
+    pid = int(log.split("(pid ")[1].split(")")[0])
+    deadline = time.monotonic() + 15
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists()
+    assert not (job_dir / "mcp.sock").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="connecting as another user needs root")
+def test_a_warm_server_refuses_another_user(tmp_path: Path) -> None:
+    """Even through a socket others may open (0666 here; the real one is 0600 in 0700
+    folders), the warm server serves its own user only (SO_PEERCRED)."""
+    top = Path(tempfile.mkdtemp(prefix="dlg-mcp-"))  # tmp_path's parents are closed to others
+    try:
+        state = State.open(env={"DELEGATE_HOME": str(top / "state")})
+        job = new_job(state)
+        with warm_server(state, job):
+            wait_ready(state, job)
+            path = mcp_handover.socket_path(str(state.layout.home), job.job_id)
+            assert path is not None
+            for folder in (top, state.layout.home, state.layout.logs, Path(path).parent):
+                os.chmod(folder, 0o711)
+            os.chmod(path, 0o666)
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the other user: nobody
+                try:
+                    os.setgid(65534)
+                    os.setuid(65534)
+                    os.write(write, repr(mcp_handover.hand_over(path, job.job_id)).encode())
+                finally:
+                    os._exit(0)
+            os.close(write)
+            answer = os.read(read, 100)
+            os.waitpid(pid, 0)
+            log = (state.audit.job_dir(job.job_id) / "mcp-warm.log").read_text()
+        assert answer == b"None"
+        assert "refused a connection from uid 65534" in log
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -92,6 +92,16 @@ class Tools:
     """What each tool does, as the CLI command of the same name does it, for one agent."""
 
     def __init__(self, state: State, store: CoordStore, me: Identity) -> None:
+        self.bind(state, store, me)
+
+    @classmethod
+    def unbound(cls) -> Tools:
+        """Tools whose job is not known yet: a warm server (entry/mcp_zygote) builds its
+        MCPServer around them before it forks, and each child binds them (`bind`) to what it
+        opens itself (an SQLite connection must not cross a fork)."""
+        return cls.__new__(cls)
+
+    def bind(self, state: State, store: CoordStore, me: Identity) -> None:
         self.state = state
         self.store = store
         self.me = me
@@ -518,9 +528,32 @@ def build_server(tools: Tools) -> MCPServer:
     return server
 
 
-def serve() -> int:
-    """`delegate mcp`: check who this is, then answer over stdin/stdout until stdin closes."""
+class Warm(NamedTuple):
+    """A server built before its job's state was opened (`prepare`), for `serve` to bind."""
+
+    server: MCPServer
+    tools: Tools
+
+
+def prepare() -> Warm:
+    """What can be built before serving: the server and its 23 tools' schemas (a few hundred
+    ms), and the modules serving imports late. Opens no file and starts no thread or loop, so
+    a process may fork after it (entry/mcp_zygote)."""
+    import anyio._backends._asyncio  # noqa: F401  # what anyio.run loads: warmed up on purpose
+    import mcp.server.stdio  # noqa: F401  # what run("stdio") loads: warmed up on purpose
+
+    tools = Tools.unbound()
+    return Warm(build_server(tools), tools)
+
+
+def serve(warm: Warm | None = None) -> int:
+    """`delegate mcp`: check who this is, then answer over stdin/stdout until stdin closes.
+    `warm`: the server `prepare` built in a warm process, bound here to this job."""
     state = State.open()
     me = identify(state)
-    build_server(Tools(state, open_coord(), me)).run("stdio")
+    if warm is None:
+        build_server(Tools(state, open_coord(), me)).run("stdio")
+    else:
+        warm.tools.bind(state, open_coord(), me)
+        warm.server.run("stdio")
     return 0

@@ -44,6 +44,7 @@ from delegate.core.approvals import hook_answer
 from delegate.core.channels import parser_for
 from delegate.core.errors import BusError, DelegateError, PublishRefused, guarded, say
 from delegate.core.model import EventType
+from delegate.runtime.mcp_warm import start_for_job
 from delegate.runtime.spending import Spending, stop_ladder
 from delegate.services.jobs import agent_env
 from delegate.services.jobs.approvals import ask
@@ -406,11 +407,15 @@ def _run(job_id: str, relay: SignalRelay, given: State | None) -> int:
     server = serve_publishes(state, job_id, identity)
     if server is not None:
         env[PUBLISH_SOCKET_ENV] = str(server.path)
+    # a warm `delegate mcp` loads the MCP SDK while the agent starts (runtime/mcp_warm)
+    warm = start_for_job(log_path.parent, launch, env, workdir, identity is not None)
     try:
         return _run_agent(
             state, job_id, argv, workdir, env, stdin_spec, prompt_path, log_path, relay, identity
         )
     finally:
+        if warm is not None:
+            warm.stop()
         if server is not None:
             server.close()
         if identity is not None:

@@ -37,9 +37,15 @@ def server_entry(env: Mapping[str, str]) -> dict[str, object]:
     return {"command": sys.executable, "args": ["-m", SERVER_MODULE], "env": keep}
 
 
+def registers(profile: str, argv: list[str]) -> bool:
+    """Whether `register` registers the server for this agent (its wrapper then starts a warm
+    one: runtime/mcp_warm)."""
+    return profile in ("claude", "codex") and bool(argv) and mcp_available()
+
+
 def register(profile: str, argv: list[str], job_dir: Path, env: Mapping[str, str]) -> list[str]:
     """`argv` with the server registered for a claude or codex agent; otherwise unchanged."""
-    if profile not in ("claude", "codex") or not argv or not mcp_available():
+    if not registers(profile, argv):
         return argv
     entry = server_entry(env)
     if profile == "claude":

@@ -462,7 +462,8 @@ def _admit(
         bus_url=state.bus_url_for(job),
         tmux_socket=tmux.socket_path,
     )
-    if not request.no_mcp:
+    mcp = not request.no_mcp and mcp_config.registers(profile.name, argv)
+    if mcp:
         argv = mcp_config.register(profile.name, argv, job_dir, env)
     launch = {
         "argv": argv,
@@ -471,6 +472,7 @@ def _admit(
         "clean_exit": profile.clean_exit,
         "run_as": profile.run_as,
         "channel": profile.channel,
+        "mcp": mcp,  # its wrapper starts a warm `delegate mcp` (runtime/mcp_warm)
     }
     fields = {
         "session": session,

@@ -1,0 +1,148 @@
+"""Handing `delegate mcp`'s stdio to its job's warm server (entry/mcp_zygote) over a Unix socket.
+
+Importing the MCP SDK takes seconds, longer than an agent waits for its MCP servers to answer.
+So the job's wrapper starts a warm server with the SDK loaded (runtime/mcp_warm), and the process
+the agent starts (`python -m delegate.entry.mcp`) only connects to it, passes its own stdin,
+stdout and stderr and its working directory as file descriptors (SCM_RIGHTS, what
+`socket.send_fds` sends), and waits. The warm server forks a child that serves exactly as
+`delegate mcp` does, on those descriptors: the agent talks to the SDK over its own pipes and no
+byte is relayed.
+
+Protocol, on one connection:
+    client -> server   the job id (ASCII), with the descriptors stdin, stdout, stderr, cwd
+    server -> client   b"S<pid>\\n" once the child `pid` has the descriptors (it serves now)
+                       b"<exit status>\\n" when it has finished
+A connection closed before the b"S" line means nothing was read from stdin: the client serves
+in-process as if there were no warm server. This side is the client's hot path: `_socket`, not
+`socket` (which pulls in enum and selectors), and no pathlib.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from delegate.config.statefiles import LOGS_DIR
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the type checker's only: the client imports _socket when it connects
+    from _socket import socket
+
+SOCKET_FILE = "mcp.sock"
+STARTED = b"S"
+HANDED_FDS = 4  # stdin, stdout, stderr, cwd
+START_TIMEOUT_S = 60.0  # a warm server still importing the SDK answers after that import
+LOST_STATUS = 70  # the child ended without saying how (killed)
+_MAX_PATH = 100  # sun_path holds 108 bytes on Linux
+
+
+def socket_path(home: str, job_id: str) -> str | None:
+    """Where the warm server of `job_id` listens: its log folder, or a private temp folder of
+    this user's when that path is too long for a Unix socket (as publish_socket does). None
+    when no safe place exists."""
+    candidate = os.path.join(home, LOGS_DIR, job_id, SOCKET_FILE)
+    if len(os.fsencode(candidate)) < _MAX_PATH:
+        return candidate
+    import tempfile  # tempfile: only for a log folder too deep for a Unix socket
+
+    folder = os.path.join(tempfile.gettempdir(), f"delegate-{os.getuid()}")
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        info = os.stat(folder)
+    except OSError:
+        return None
+    if info.st_uid != os.getuid() or (info.st_mode & 0o077):
+        return None  # someone else's folder, or readable by others: do not use it
+    candidate = os.path.join(folder, f"{job_id}.{SOCKET_FILE}")
+    return candidate if len(os.fsencode(candidate)) < _MAX_PATH else None
+
+
+def hand_over(path: str, job_id: str) -> int | None:
+    """Have the warm server at `path` serve this process's stdio; its exit status, or None
+    when no warm server took it (nothing was read from stdin: serve in-process)."""
+    import _socket  # _socket, signal: only when there is a socket; `_socket`: see above
+    import signal  # as _socket
+
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.settimeout(START_TIMEOUT_S)
+        try:
+            sock.connect(path)
+            _send_stdio(sock, job_id)
+            started = _read_line(sock)
+        except OSError:
+            return None
+        if not started.startswith(STARTED) or not started[1:].isdigit():
+            return None  # refused (another job, another user) before anything was served
+        child = int(started[1:])
+        forwarded: list[int] = []
+
+        def forward(signum: int, frame: object) -> None:
+            forwarded.append(signum)
+            try:
+                os.kill(child, signum)
+            except OSError:
+                return  # it has just ended
+
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, forward)
+        _let_go_of_stdio()
+        sock.settimeout(None)
+        return _exit_status(sock, forwarded)
+    finally:
+        sock.close()
+
+
+def _send_stdio(sock: socket, job_id: str) -> None:
+    import _socket  # as in hand_over
+
+    fds = [0, 1, 2, *_cwd_fd()]
+    try:
+        rights = b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds)
+        ancillary = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)]
+        sock.sendmsg([job_id.encode("ascii")], ancillary)
+    finally:
+        for fd in fds[3:]:
+            os.close(fd)
+
+
+def _cwd_fd() -> list[int]:
+    try:
+        return [os.open(".", os.O_RDONLY | os.O_DIRECTORY)]
+    except OSError:
+        return []  # a working directory that is gone: the child keeps the warm server's
+
+
+def _read_line(sock: socket) -> bytes:
+    """One line from `sock` (without its newline); what came before EOF otherwise."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(64)
+        if not chunk:
+            break
+        data += chunk
+    return data.rstrip(b"\n")
+
+
+def _let_go_of_stdio() -> None:
+    """Close this process's copies of stdin and stdout: the agent must see the server's
+    stdout end when the server ends, not when this process does."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+
+
+def _exit_status(sock: socket, forwarded: list[int]) -> int:
+    while True:
+        try:
+            line = _read_line(sock)
+            break
+        except InterruptedError:  # a forwarded signal; the child's answer is still coming
+            continue
+        except OSError:
+            line = b""
+            break
+    if line.isdigit():
+        return int(line)
+    return 128 + forwarded[0] if forwarded else LOST_STATUS
