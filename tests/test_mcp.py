@@ -168,6 +168,31 @@ def test_a_lock_held_by_job_a_is_refused_to_job_b(state: State, home: Path) -> N
     assert run_cli(home, "lock", "list", "--json").stdout.strip() in ("", "[]")
 
 
+def test_a_waiting_acquire_leaves_the_servers_other_calls_free(state: State, home: Path) -> None:
+    """B waits for A's lock; meanwhile B's other calls are answered, and A's release grants it
+    (a wait that blocked the server's loop would answer nothing until its 30 s ran out)."""
+    a, b = new_job(state), new_job(state)
+    order: list[str] = []
+
+    async def main() -> None:
+        async with served(home, a.job_id) as sa, served(home, b.job_id) as sb:
+            await call(sa, "lock_acquire", resource="shared", ttl=60)
+
+            async def wait_for_it() -> None:
+                grant = await call(sb, "lock_acquire", resource="shared", ttl=60, wait=30)
+                order.append(f"granted to {grant['owner']}")
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(wait_for_it)
+                await anyio.sleep(0.3)  # B's acquire is in flight, waiting
+                inbox = await call(sb, "msg_inbox", wait=0.2)
+                order.append(f"inbox of {inbox['agent']}")
+                await call(sa, "lock_release", resource="shared")
+
+    anyio.run(main)
+    assert order == [f"inbox of {b.job_id}", f"granted to {b.job_id}"]
+
+
 def test_progress_is_an_event_of_the_servers_own_job(state: State, home: Path) -> None:
     job = new_job(state, started=True)
 
@@ -442,3 +467,19 @@ def test_a_warm_server_refuses_another_user(tmp_path: Path) -> None:
         assert "refused a connection from uid 65534" in log
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_the_handover_reads_both_answers_when_they_come_in_one_read() -> None:
+    """A child that ends at once: "S<pid>" and its status arrive together, and the status must
+    not be taken for garbage (the client would then serve a second time, in process)."""
+    import _socket
+
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        theirs.sendall(b"S4242\n64\n")
+        theirs.close()
+        lines = mcp_handover._Lines(ours)
+        assert lines.next() == b"S4242"
+        assert mcp_handover._exit_status(lines, []) == 64
+    finally:
+        ours.close()

@@ -66,10 +66,11 @@ def hand_over(path: str, job_id: str) -> int | None:
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.settimeout(START_TIMEOUT_S)
+        lines = _Lines(sock)
         try:
             sock.connect(path)
             _send_stdio(sock, job_id)
-            started = _read_line(sock)
+            started = lines.next()
         except OSError:
             return None
         if not started.startswith(STARTED) or not started[1:].isdigit():
@@ -88,7 +89,7 @@ def hand_over(path: str, job_id: str) -> int | None:
             signal.signal(signum, forward)
         _let_go_of_stdio()
         sock.settimeout(None)
-        return _exit_status(sock, forwarded)
+        return _exit_status(lines, forwarded)
     finally:
         sock.close()
 
@@ -113,15 +114,24 @@ def _cwd_fd() -> list[int]:
         return []  # a working directory that is gone: the child keeps the warm server's
 
 
-def _read_line(sock: socket) -> bytes:
-    """One line from `sock` (without its newline); what came before EOF otherwise."""
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = sock.recv(64)
-        if not chunk:
-            break
-        data += chunk
-    return data.rstrip(b"\n")
+class _Lines:
+    """The server's lines, one at a time: both may come in one read (a child that ends at
+    once), and the second must not be lost in the first."""
+
+    def __init__(self, sock: socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+
+    def next(self) -> bytes:
+        """The next line (without its newline); what came before EOF otherwise."""
+        while b"\n" not in self.buffer:
+            chunk = self.sock.recv(64)
+            if not chunk:
+                line, self.buffer = self.buffer, b""
+                return line
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line
 
 
 def _let_go_of_stdio() -> None:
@@ -133,10 +143,10 @@ def _let_go_of_stdio() -> None:
     os.close(devnull)
 
 
-def _exit_status(sock: socket, forwarded: list[int]) -> int:
+def _exit_status(lines: _Lines, forwarded: list[int]) -> int:
     while True:
         try:
-            line = _read_line(sock)
+            line = lines.next()
             break
         except InterruptedError:  # a forwarded signal; the child's answer is still coming
             continue
