@@ -20,9 +20,18 @@ from delegate.core.model import JobState
 from delegate.services.state import State
 
 from . import test_hosts
-from .helpers import assert_one_line_error, json_lines, retry_until, run_cli
+from .helpers import (
+    assert_one_line_error,
+    cli_env,
+    delegate_cmd,
+    json_lines,
+    retry_until,
+    run_cli,
+)
+from .pty_run import run_in_pty
 from .test_approvals import _answer, _asking
 from .test_hosts import Sides, _publish
+from .test_listings import ANSI
 
 sides = test_hosts.sides  # the fixture: a delegator, and host h1 served from its own state dir
 
@@ -76,6 +85,11 @@ def test_approve_and_deny_on_the_delegator_release_a_job_on_a_host(sides: Sides,
     # the second request; the first, answered, is listed no more
     second = _waiting_here(sides, job_id)
     assert second["request_id"] != first["request_id"]
+    # at a terminal, the table names the host
+    table = run_in_pty(delegate_cmd("approvals"), env=cli_env(sides.home, sides.env))
+    header, row = ANSI.sub("", table.output).strip().splitlines()[:2]
+    assert header.split()[:3] == ["JOB", "HOST", "REQUEST"], table.output
+    assert row.split()[:3] == [job_id, "h1", second["request_id"]], table.output
     denied = run_cli(
         sides.home, "approve", job_id, "--deny", "--reason", "not today", env=sides.env
     )

@@ -64,10 +64,26 @@ def approvals(as_json: JsonOpt = False) -> int:
     state = open_state()
     now = time.time()
     waiting = waiting_everywhere(state)
+    # HOST only when a waiting job runs on an agent host: at 80 columns ASKS needs the room
+    on_hosts = any(r.host for r in waiting)
+    columns: list[Column | str] = [
+        Column("JOB"),
+        Column("REQUEST"),
+        Column("TOOL"),
+        Column("ASKS", free=True),
+        "LEFT",
+    ]
     print_listing(
         waiting,
-        [Column("JOB"), Column("REQUEST"), Column("TOOL"), Column("ASKS", free=True), "LEFT"],
-        lambda r: [r.job_id, r.request_id, r.tool, r.summary, human_duration(r.deadline - now)],
+        [*columns[:1], Column("HOST"), *columns[1:]] if on_hosts else columns,
+        lambda r: [
+            r.job_id,
+            *([r.host or "-"] if on_hosts else []),
+            r.request_id,
+            r.tool,
+            r.summary,
+            human_duration(r.deadline - now),
+        ],
         as_json=as_json,
         to_json=lambda r: r._asdict(),
         empty="no permission request is waiting",
