@@ -26,7 +26,7 @@ from delegate.adapters.tmux import Tmux
 from delegate.config.budget import rate_limit_max_wait
 from delegate.config.logsetup import get_logger
 from delegate.config.profiles import profiles, read_config
-from delegate.core.errors import DelegateError, UsageError
+from delegate.core.errors import DelegateError, JobNotFound, UsageError
 from delegate.core.model import Job
 from delegate.core.policy import SESSION_PREFIX
 from delegate.core.retry import RETRY_KEY_PREFIX, attempt_label, next_attempt
@@ -166,16 +166,32 @@ def follow_up(state: State, job_id: str) -> Job | None:
     """Make the next attempt of job `job_id` when it has ended and its rule asks for one, once
     (the attempt's idempotency key): what follows an ending, done by whoever follows the job
     (its supervisor, `submit --wait`, the monitor's pass), never inside `end_job`, which
-    submit itself calls. A failure is audited (`retry_failed`), never raised."""
-    job = state.registry.get(job_id)
-    if not job.status.terminal or job.retried_by or next_attempt(job) is None:
+    submit itself calls. A failure is audited (`retry_failed`), never raised.
+
+    The job's follow-up note (`Registry.mark_follow_up`) is dropped once the attempt is made
+    or none is due, and when it can never be made as things are configured (a UsageError: its
+    profile or prompt is gone); a passing failure (a broker out of reach) keeps it, so the
+    monitor's next pass tries again."""
+    try:
+        job = state.registry.get(job_id)
+    except JobNotFound:
+        state.registry.follow_up_settled(job_id)
+        return None
+    if not job.status.terminal:
+        return None  # noted by an ender not yet done (or one that died before the end)
+    if job.retried_by or next_attempt(job) is None:
+        state.registry.follow_up_settled(job_id)
         return None
     try:
-        return schedule_next_attempt(state, job)
+        made = schedule_next_attempt(state, job)
     except DelegateError as exc:
         log.warning("job %s: its next attempt could not be made: %s", job_id, exc)
         state.audit.append(job_id, RETRY_FAILED, reason=str(exc))
+        if isinstance(exc, UsageError):
+            state.registry.follow_up_settled(job_id)
         return None
+    state.registry.follow_up_settled(job_id)  # made, or (a rate limit too far off) not due
+    return made
 
 
 def schedule_next_attempt(state: State, ended: Job, *, rand: float | None = None) -> Job | None:
