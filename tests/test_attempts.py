@@ -24,6 +24,8 @@ from delegate.core.retry import (
 )
 from delegate.core.timefmt import parse_timestamp
 from delegate.core.why import transitions, why_text
+from delegate.runtime.monitor import RECENT_ENDINGS
+from delegate.services.jobs.finish import end_job
 
 from .helpers import (
     assert_one_line_error,
@@ -289,6 +291,49 @@ def test_a_reboot_requeues_exactly_the_job_that_asked_resuming_its_conversation(
     why = json.loads(run_cli(home, "why", plain[0], env=tmux_env).stdout)["why"]
     assert "error at " in why and "its tmux server on " in why and "was gone" in why
     assert "(observed by the monitor)" in why
+
+
+def test_a_retry_its_ender_never_made_is_made_once_by_the_next_monitor(
+    home: Path, tmux_env, tmp_path: Path
+):
+    """As if the process that ended the job died right after: the job ends through end_job
+    alone (no follow_up; nothing of it is left for a monitor's pass to settle), more jobs end
+    after it than a monitor looks back at, and no monitor ran meanwhile. `monitor --once`,
+    two at once and then one more, makes its one attempt (its idempotency key), which runs."""
+    state = open_state(home)
+    job, _created = state.registry.register(agent="shell", workdir=str(tmp_path))
+    job_id = job.job_id
+    state.registry.update(job_id, retry=RetryRule(1, ("error",), (1.0, 1.0)).to_dict())
+    (state.audit.job_dir(job_id, create=True) / "prompt").write_bytes(b"echo ran >> runs")
+    end_job(state, job_id, JobState.ERROR, reason="agent_error: boom", actor="test")
+    assert state.registry.get(job_id).retried_by is None
+    assert state.registry.follow_ups() == [job_id]  # noted with its end
+    for _ in range(RECENT_ENDINGS + 5):  # its end scrolls out of the latest endings
+        other, _created = state.registry.register(agent="shell")
+        end_job(state, other.job_id, JobState.CANCELLED, actor="test")
+    racing = [
+        subprocess.Popen(
+            delegate_cmd("monitor", "--once"),
+            env=cli_env(home, tmux_env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for proc in racing:
+        _out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    assert run_cli(home, "monitor", "--once", env=tmux_env, timeout=120).returncode == 0
+    attempts = [j for j in state.registry.list() if j.retry_of == job_id]
+    assert [j.job_id for j in attempts] == [state.registry.get(job_id).retried_by]
+    assert len(state.audit.read_events(job_id, "retried")) == 1
+    assert state.registry.follow_ups() == []  # settled: the next passes do nothing for it
+    ended = retry_until(
+        lambda: (j := state.registry.get(attempts[0].job_id)).status.terminal and j, timeout=60
+    )
+    assert (ended.status, ended.attempt) == (JobState.COMPLETED, 2)
+    assert (tmp_path / "runs").read_text() == "ran\n"  # its prompt, in its folder, once
 
 
 # --- why, for each ending on real tmux ---------------------------------------------------------

@@ -20,6 +20,7 @@ import pytest
 
 from delegate.core import hostproto
 from delegate.core.model import JobState
+from delegate.core.timefmt import parse_timestamp
 from delegate.services.jobs.finish import end_job
 from delegate.services.remote import HostBook
 from delegate.services.state import State
@@ -754,3 +755,43 @@ def test_a_broker_out_of_hearing_is_no_evidence_against_a_host(
     assert here.registry.get(job_id).status is JobState.COMPLETED
     [unseen] = here.audit.read_events(job_id, kind="unseen")
     assert unseen["what"] == "broker"
+
+
+# Fails the first time it runs in its folder (the host's), then succeeds.
+FAILS_ONCE = 'n=$(cat runs 2>/dev/null || echo 0); n=$((n + 1)); echo $n > runs; [ "$n" -ge 2 ]'
+
+
+def test_a_retry_of_a_job_on_a_host_waits_out_its_backoff_then_is_assigned(
+    sides: Sides, tmp_path: Path
+):
+    """The second attempt waits `queued` here until its `not_before` (2 s less up to a quarter
+    of jitter), is assigned to the host only then (both sides' audits say when), runs in the
+    host's folder with the prompt the first was given, and completes."""
+    work = tmp_path / "work"
+    work.mkdir()
+    sides.serve(work)
+    backoff = ("--retries", "1", "--retry-on", "error", "--backoff", "2s..2s")
+    result = sides.submit(FAILS_ONCE, *backoff, "--wait")
+    assert result.returncode == 0, result.stderr  # the final attempt's outcome
+    assert (work / "runs").read_text().strip() == "2"  # both ran there, in the host's folder
+    here = State.open(env={"DELEGATE_HOME": str(sides.home)})
+    first = next(j for j in here.registry.list() if j.retry_of is None)
+    second = here.registry.get(first.retried_by or "")
+    assert first.status is JobState.ERROR
+    assert (first.error or "").startswith("agent_error: agent exited with status 1")
+    assert (second.status, second.attempt, second.host) == (JobState.COMPLETED, 2, "h1")
+    ended, due = parse_timestamp(first.updated_at), parse_timestamp(second.not_before or "")
+    # 2 s less up to a quarter, counted from when its follower made it (a moment after the end)
+    assert 1.4 <= (due - ended).total_seconds() <= 3.5
+    moves = [
+        (e["previous"], e["status"])
+        for e in here.audit.read_events(second.job_id, "status_changed")
+    ]
+    assert moves[:3] == [("pending", "queued"), ("queued", "pending"), ("pending", "running")]
+    (sent_here,) = here.audit.read_events(second.job_id, "assigned")
+    (sent_there,) = [
+        a for a in sides.host_audit() if a["kind"] == "assigned" and a["job_id"] == second.job_id
+    ]
+    assert parse_timestamp(sent_here["ts"]) >= due
+    assert parse_timestamp(sent_there["ts"]) >= due
+    assert here.registry.get(second.job_id).launcher is None  # sent: judged from its assignment

@@ -21,6 +21,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from delegate.core.caps import Gate, waiting_for
 from delegate.core.model import Job, JobState, Pane, Session, SessionState, TmuxView
 from delegate.core.policy import (
     AGENT_EXITED,
@@ -573,6 +574,25 @@ def test_queued_jobs_start_oldest_first_while_the_cap_allows():
     # a job launched in this pass holds its slot for the next one in line
     assert shapes(launched) == [("LaunchJob", "00000010"), ("LaunchJob", "00000011")]
     assert queued_launches(facts(world(queued), launch_queued=False)) == []
+
+
+def test_a_queued_retry_on_a_host_waits_only_for_its_backoff():
+    """A job on an agent host counts against its host's caps, not this side's: its retry
+    waits here for its `not_before` alone, then is launched (assigned) even with every local
+    slot taken."""
+    running = job("00000001", created_at=at(300))
+    retry = job(
+        "00000002", JobState.QUEUED, host="h1", attempt=2, not_before=at(-5), started_at=None
+    )
+    full = world([running, retry], [pane(running)], [row(running)])
+    assert queued_launches(facts(full, caps=Caps(total=1))) == []
+    assert waiting_for(retry, [running], Caps(total=1), gate=Gate(now=NOW)).startswith("retry 2 at")
+    due = world([running, retry._replace(not_before=at(1))], [pane(running)], [row(running)])
+    assert shapes(queued_launches(facts(due, caps=Caps(total=1)))) == [("LaunchJob", retry.job_id)]
+    local = retry._replace(host=None, not_before=at(1))
+    assert waiting_for(local, [running], Caps(total=1), gate=Gate(now=NOW)) == (
+        "max_running 1 reached"
+    )
 
 
 def test_slots_freed_earlier_in_the_pass_are_free():

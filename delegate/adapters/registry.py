@@ -10,6 +10,8 @@ Layout inside the registry folder:
   changes.log           one job id per line, appended as each record is written (emptied past
                         CHANGES_MAX): a monitor re-reads only the records that changed
   keys/<sha256>         idempotency key -> job id
+  follow-up/<job_id>    an empty marker per ended job a next attempt may follow, until it is
+                        made or found not due: the monitor makes what a dying ender could not
   quarantine/           records that did not parse, moved aside and never rewritten
 
 Every change runs under the lock and calls `on_change(job, previous_status)` before the lock is
@@ -56,6 +58,7 @@ log = get_logger(__name__)
 # (job, previous status, cause): the cause says where a state change came from (core/why)
 OnChange = Callable[[Job, "JobState | None", "dict[str, Any] | None"], None]
 FINISHED_LOG = "finished.log"
+FOLLOW_UP_DIR = "follow-up"
 # A non-state event refreshes `last_event_at` only when the stored value is older than this:
 # idle limits are seconds to minutes, and every progress line need not rewrite the record.
 LAST_EVENT_RESOLUTION_S = 1.0
@@ -367,6 +370,28 @@ class Registry:
             if len(jobs) >= limit:
                 break
         return jobs
+
+    # --- ended jobs a next attempt may follow ----------------------------------------------
+
+    def mark_follow_up(self, job_id: str) -> None:
+        """Note that a next attempt may follow job `job_id`. Its ender calls this under the
+        lock before the end is written, so an ender that dies before it made the attempt
+        leaves the note for the monitor, however many jobs end after it."""
+        self._set_marker(ensure_private_dir(self.root / FOLLOW_UP_DIR), job_id, True)
+
+    def follow_ups(self) -> builtins.list[str]:
+        """The ended jobs noted by `mark_follow_up` and not yet settled, by id."""
+        try:
+            names = os.listdir(self.root / FOLLOW_UP_DIR)
+        except FileNotFoundError:
+            return []
+        return sorted(name for name in names if not name.startswith("."))
+
+    def follow_up_settled(self, job_id: str) -> None:
+        """Job `job_id`'s next attempt was made, or none is due: drop its note."""
+        folder = self.root / FOLLOW_UP_DIR
+        if (folder / job_id).exists():
+            self._set_marker(folder, job_id, False)
 
     def quarantined(self) -> builtins.list[Path]:
         if not self.quarantine_dir.is_dir():

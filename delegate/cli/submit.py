@@ -241,8 +241,8 @@ def submit(
         result = submit_remote(
             open_state(), request, settings["host"], wait=waiting, emit=emit, note=say
         )
-        return print_submitted(result, as_json)
-    result = submit_job(open_state(), request, wait=waiting, emit=emit, note=say)
+    else:
+        result = submit_job(open_state(), request, wait=waiting, emit=emit, note=say)
     if result.outcome is not None:  # a retried attempt: follow it to the final outcome
         from delegate.services.jobs.retry import follow_attempts  # as jobfile
 

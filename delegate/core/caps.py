@@ -158,7 +158,8 @@ def waiting_for(
     slots: Slots | None = None,
 ) -> str | None:
     """Why `job` may not start now beside `others` (the other open jobs), in words; None when
-    it may.
+    it may. A job on an agent host waits here only for its backoff (and what its host says of
+    its own caps is the host's business).
 
     `busy` (job id -> agent) names the jobs whose session is still recorded running: a job
     that just ended holds its slot until its session is stopped, so the session history never
@@ -176,6 +177,8 @@ def waiting_for(
     held = _group_holds(str(job.group), rule) if rule is not None else None
     if held is not None:
         return held
+    if job.host is not None:
+        return None  # it runs on its agent host, which counts its slots (its own caps there)
     total, by_agent, in_group = (slots or Slots(others, busy)).beside(job)
     if caps.total is not None and total >= caps.total:
         return f"max_running {caps.total} reached"

@@ -755,14 +755,15 @@ def queued_launches(facts: Facts, earlier: Sequence[Action] = ()) -> list[Action
             reason = dependency_failure(broken, gate)
             actions.append(FailJob("fail_job", job.job_id, reason, {"dependency": broken}))
             continue
-        if caps.total is not None and slots.beside(job)[0] >= caps.total:
+        # (a job on an agent host waits for no slot here: its host counts its own)
+        if job.host is None and caps.total is not None and slots.beside(job)[0] >= caps.total:
             continue  # every slot taken: no queued job starts (the rest only for the net above)
         if not may_start(job, open_now, caps, busy, gate, slots):
             continue
         actions.append(
             LaunchJob("launch_job", job.job_id, "a slot is free", {}, expected_launcher=None)
         )
-        slots.take(job)  # holds a slot now
+        slots.take(job)  # holds a slot now (one on a host counts as its running jobs do)
     return actions
 
 

@@ -302,6 +302,7 @@ class Monitor:
         no one made theirs (a supervisor that died first): each is made once (its key)."""
         ended = {d.action.job_id for d in done if d.action.job_id}
         ended.update(j.job_id for j in self.state.registry.recent_finished(RECENT_ENDINGS))
+        ended.update(self.state.registry.follow_ups())  # noted at their end, however long ago
         for job_id in sorted(ended):
             with contextlib.suppress(DelegateError):
                 follow_up(self.state, job_id)

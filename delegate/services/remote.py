@@ -323,6 +323,18 @@ def save_assignment(state: State, job: Job, prompt: bytes, request: Any) -> None
     atomic_write(path, json.dumps(assignment_for(job, prompt, request)).encode())
 
 
+def saved_assignment(state: State, job: Job) -> dict[str, Any]:
+    """What job `job` is (or was) assigned to its host with: its folder's assignment.json,
+    the prompt as given (the host adds its preamble) and the spec resolved there."""
+    try:
+        loaded = json.loads((state.audit.job_dir(job.job_id) / ASSIGNMENT_FILE).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"job {job.job_id}: its assignment cannot be read ({exc})") from None
+    if not isinstance(loaded, dict):
+        raise UsageError(f"job {job.job_id}: its assignment is not a JSON object")
+    return loaded
+
+
 def assign(state: State, job: Job) -> str:
     """Publish the job's saved assignment, signed, to its host; returns the request id."""
     assert job.host is not None

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from delegate.config.logsetup import get_logger
 from delegate.core.caps import DEPENDENCY_FAILED, Gate, broken_dependency, dependency_failure
 from delegate.core.model import WRAPPER_REASONS, EventType, Job, JobState, SessionState
+from delegate.core.retry import next_attempt
 from delegate.services.state import State
 
 log = get_logger(__name__)
@@ -77,6 +78,13 @@ def event_ending(event: EventType, detail: str = "") -> tuple[JobState, str | No
     raise ValueError(f"{event.value} does not end a job")
 
 
+def ended_as(job: Job, target: JobState, reason: str | None) -> Job:
+    """`job` as its end in `target` for `reason` will record it (what core/retry judges)."""
+    if target is JobState.ERROR:
+        return job._replace(status=target, error=reason or "error")
+    return job._replace(status=target)
+
+
 def end_job(
     state: State,
     job_id: str,
@@ -100,9 +108,11 @@ def end_job(
     IllegalTransition; JobNotFound when there is no such job.
 
     `cause`: where the ending came from and whether it was observed or inferred, kept on the
-    `status_changed` line (`delegate why`). The one caller whose ending landed then makes the
-    next attempt, when the job's retry rule or `on_interrupt` asks for one, and settles the
-    jobs that wait for it.
+    `status_changed` line (`delegate why`). The one caller whose ending landed settles the
+    jobs that wait for it; when the job's retry rule or `on_interrupt` asks for a next
+    attempt, it notes so before the end is written (`Registry.mark_follow_up`): whoever follows
+    the job makes the attempt (services/jobs/retry.follow_up, never here), and the monitor makes
+    one its follower died before making.
     """
     registry = state.registry
     job = registry.get(job_id)
@@ -118,7 +128,9 @@ def end_job(
             strict=session.strict,
         )
 
-    def write_reason(_job: Job) -> None:
+    def before_end(ending: Job) -> None:
+        if next_attempt(ended_as(ending, target, reason)) is not None:
+            registry.mark_follow_up(job_id)  # kept until follow_up makes the attempt
         if because is not None:
             state.audit.append(job_id, because.kind, **because.fields)
 
@@ -130,7 +142,7 @@ def end_job(
         target,
         reason=reason,
         by_event=by_event,
-        before=write_reason,
+        before=before_end,
         cause={**told, **(cause or {})},
     )
     if changed:

@@ -185,8 +185,13 @@ def claim_and_launch(
             # services.remote (uuid, platform, the MQTT wire): a local job's path goes without
             from delegate.services.remote import assign
 
-            assign(state, job)  # its submit died before sending it; the host takes an id once
-            return job
+            # its submit died before sending it, or its retry backoff has passed; the host
+            # takes an id once
+            assign(state, job)
+            # sent: from now its assignment's time judges it, as for a submit that exits once
+            # it sent it (a supervisor or monitor that claimed it lives on, and a live
+            # launcher's job is never judged)
+            return state.registry.update(job.job_id, stamp=False, launcher=None)
         started = launch_in_tmux(state, job, tmux_for(state, job))
     except DelegateError as exc:
         cause = {"source": "launcher", "observed": True, "error": str(exc)}

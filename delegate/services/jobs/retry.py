@@ -13,6 +13,7 @@ new attempt); `--prompt` replaces it; a requeue that resumes a conversation says
 
 from __future__ import annotations
 
+import base64
 import random
 import shlex
 import time
@@ -25,7 +26,7 @@ from delegate.adapters.tmux import Tmux
 from delegate.config.budget import rate_limit_max_wait
 from delegate.config.logsetup import get_logger
 from delegate.config.profiles import profiles, read_config
-from delegate.core.errors import DelegateError, UsageError
+from delegate.core.errors import DelegateError, JobNotFound, UsageError
 from delegate.core.model import Job
 from delegate.core.policy import SESSION_PREFIX
 from delegate.core.retry import RETRY_KEY_PREFIX, attempt_label, next_attempt
@@ -48,13 +49,46 @@ ATTEMPT_APPEAR_S = 10.0  # how long `submit --wait` waits for a due attempt to b
 
 
 def given_prompt(state: State, job: Job) -> bytes:
-    """The prompt the person gave `job`: what its agent got, without the toolkit's preamble."""
+    """The prompt the person gave `job`: what its agent got, without the toolkit's preamble
+    (for a job on an agent host: what its assignment carried)."""
+    if job.host:
+        return _assigned_prompt(state, job)
     try:
         data = (state.audit.job_dir(job.job_id) / "prompt").read_bytes()
     except OSError as exc:
         raise UsageError(f"job {job.job_id}: its prompt cannot be read ({exc.strerror})") from None
     lead = preamble().encode("utf-8") + b"\n---\n\n"
     return data[len(lead) :] if data.startswith(lead) else data
+
+
+def _host_assignment(state: State, job: Job) -> dict[str, Any]:
+    # services.remote (uuid, platform, the MQTT wire): only for a job on an agent host
+    from delegate.services.remote import saved_assignment
+
+    return saved_assignment(state, job)
+
+
+def _assigned_prompt(state: State, job: Job) -> bytes:
+    try:
+        return base64.b64decode(str(_host_assignment(state, job).get("prompt_b64", "")))
+    except ValueError:
+        raise UsageError(f"job {job.job_id}: its assignment's prompt is not base64") from None
+
+
+def _as_assigned(state: State, job: Job) -> dict[str, Any]:
+    """The spec a job on an agent host was assigned with, which its host resolved (its
+    profile there, its folder, its session, `--max-running` counted there, its worktree)."""
+    sent = _host_assignment(state, job)
+    return {
+        "agent": sent.get("agent"),
+        "cmd": sent.get("cmd"),
+        "workdir": Path(sent["workdir"]) if sent.get("workdir") else None,
+        "session": sent.get("session"),
+        "max_running": sent.get("max_running"),
+        "worktree": sent.get("worktree"),
+        "branch": sent.get("branch"),
+        "base": sent.get("base"),
+    }
 
 
 def _agent_or_cmd(state: State, job: Job) -> tuple[str | None, str | None]:
@@ -77,13 +111,16 @@ def attempt_request(
     not_before: str | None = None,
 ) -> SubmitRequest:
     """The request of the attempt after `job`: its spec, one attempt more."""
-    agent, cmd = _agent_or_cmd(state, job)
+    if job.host:
+        agent, cmd = None, None  # as it was assigned: its host resolves them (below)
+    else:
+        agent, cmd = _agent_or_cmd(state, job)
     own_session = job.session and job.session != f"{SESSION_PREFIX}{job.job_id}"
-    return SubmitRequest(
+    request = SubmitRequest(
         prompt=prompt,
         agent=agent,
         cmd=cmd,
-        workdir=Path(job.workdir or "."),
+        workdir=Path(job.workdir) if job.workdir else None,  # none: where submit defaults
         session=job.session if own_session else None,
         wall_timeout_s=job.wall_timeout_s,
         idle_timeout_s=job.idle_timeout_s,
@@ -101,6 +138,7 @@ def attempt_request(
         retry_of=job.job_id,
         not_before=not_before,
     )
+    return request._replace(**_as_assigned(state, job)) if job.host else request
 
 
 def _submit_attempt(state: State, job: Job, request: SubmitRequest, how: str) -> SubmitResult:
@@ -128,16 +166,32 @@ def follow_up(state: State, job_id: str) -> Job | None:
     """Make the next attempt of job `job_id` when it has ended and its rule asks for one, once
     (the attempt's idempotency key): what follows an ending, done by whoever follows the job
     (its supervisor, `submit --wait`, the monitor's pass), never inside `end_job`, which
-    submit itself calls. A failure is audited (`retry_failed`), never raised."""
-    job = state.registry.get(job_id)
-    if not job.status.terminal or job.retried_by or next_attempt(job) is None:
+    submit itself calls. A failure is audited (`retry_failed`), never raised.
+
+    The job's follow-up note (`Registry.mark_follow_up`) is dropped once the attempt is made
+    or none is due, and when it can never be made as things are configured (a UsageError: its
+    profile or prompt is gone); a passing failure (a broker out of reach) keeps it, so the
+    monitor's next pass tries again."""
+    try:
+        job = state.registry.get(job_id)
+    except JobNotFound:
+        state.registry.follow_up_settled(job_id)
+        return None
+    if not job.status.terminal:
+        return None  # noted by an ender not yet done (or one that died before the end)
+    if job.retried_by or next_attempt(job) is None:
+        state.registry.follow_up_settled(job_id)
         return None
     try:
-        return schedule_next_attempt(state, job)
+        made = schedule_next_attempt(state, job)
     except DelegateError as exc:
         log.warning("job %s: its next attempt could not be made: %s", job_id, exc)
         state.audit.append(job_id, RETRY_FAILED, reason=str(exc))
+        if isinstance(exc, UsageError):
+            state.registry.follow_up_settled(job_id)
         return None
+    state.registry.follow_up_settled(job_id)  # made, or (a rate limit too far off) not due
+    return made
 
 
 def schedule_next_attempt(state: State, ended: Job, *, rand: float | None = None) -> Job | None:

@@ -349,7 +349,15 @@ def submit(
     except BaseException as exc:
         _end_unstarted(state, job.job_id, "launch_failed", exc)
         raise
-    return _start(state, job, wait=wait, emit=emit, tmux=tmux, note=note)
+    return _start(
+        state,
+        job,
+        wait=wait,
+        emit=emit,
+        launch=lambda: launch_in_tmux(state, job, tmux),
+        failure="launch_failed",
+        note=note,
+    )
 
 
 def submit_remote(
@@ -402,12 +410,16 @@ def submit_remote(
         return follow_existing(state, job, wait=wait, emit=emit, note=note)
     job = state.registry.update(job.job_id, notify=notify, **attempt_fields(request, None))
     save_assignment(state, job, request.prompt, request)
-    return _follow_and_start(
+    if request.not_before is not None:
+        # a retry waits out its backoff queued here; whoever launches queued jobs (its own
+        # supervisor, a monitor's pass) assigns it to its host once it is due
+        job = state.registry.admit(job.job_id, {}, start_policy(state, caps(state)), job.launcher)
+    return _start(
         state,
         job,
         wait=wait,
         emit=emit,
-        start=lambda: assign(state, job),
+        launch=lambda: assign(state, job),
         failure="assign_failed",
         note=note,
     )
@@ -499,9 +511,12 @@ def _start(
     *,
     wait: bool,
     emit: Callable[[dict[str, Any]], None],
-    tmux: Tmux,
+    launch: Callable[[], object],
+    failure: str,
     note: Callable[[str], None],
 ) -> SubmitResult:
+    """Follow the admitted job and `launch` it (in tmux here, or assigned to its host), unless
+    it waits queued: then its supervisor, or a monitor, launches it when its turn comes."""
     position: list[int | None] = [None]
     waiting: list[str | None] = [None]
 
@@ -510,10 +525,10 @@ def _start(
             position[0] = queue_position(state, job.job_id)
             waiting[0] = waiting_reasons(state, [job]).get(job.job_id)
         else:
-            launch_in_tmux(state, job, tmux)
+            launch()
 
     result = _follow_and_start(
-        state, job, wait=wait, emit=emit, start=start, failure="launch_failed", note=note
+        state, job, wait=wait, emit=emit, start=start, failure=failure, note=note
     )
     return result._replace(queue_position=position[0], waiting_for=waiting[0])
 
