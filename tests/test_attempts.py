@@ -51,6 +51,24 @@ def _job(status: JobState, error: str | None = None, **fields: object) -> Job:
 # --- the rules alone -------------------------------------------------------------------------
 
 
+def race_monitors(home: Path, tmux_env: dict[str, str]) -> None:
+    """Two `monitor --once` at the same time, then one more: what a retry must survive."""
+    racing = [
+        subprocess.Popen(
+            delegate_cmd("monitor", "--once", "--json"),
+            env=cli_env(home, tmux_env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for proc in racing:
+        _out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    assert run_cli(home, "monitor", "--once", env=tmux_env, timeout=120).returncode == 0
+
+
 def test_which_endings_are_followed_by_another_attempt():
     rule = RetryRule(2, ("error", "idle_timeout"), (1.0, 4.0)).to_dict()
     failed = _job(JobState.ERROR, "agent_error: agent exited with status 1", retry=rule)
@@ -262,20 +280,7 @@ def test_a_reboot_requeues_exactly_the_job_that_asked_resuming_its_conversation(
     kill_processes_of(home)
     subprocess.run(["tmux", "-L", tmux_env["DELEGATE_TMUX_SOCKET"], "kill-server"], check=False)
     # two monitors at once, then one more: one attempt, whoever ends the job
-    racing = [
-        subprocess.Popen(
-            delegate_cmd("monitor", "--once", "--json"),
-            env=cli_env(home, tmux_env),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    for proc in racing:
-        _out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err
-    assert run_cli(home, "monitor", "--once", env=tmux_env, timeout=120).returncode == 0
+    race_monitors(home, tmux_env)
     for job_id in plain:
         job = state.registry.get(job_id)
         assert (job.status, job.error, job.retried_by) == (JobState.ERROR, "tmux_gone", None)
@@ -311,20 +316,7 @@ def test_a_retry_its_ender_never_made_is_made_once_by_the_next_monitor(
     for _ in range(RECENT_ENDINGS + 5):  # its end scrolls out of the latest endings
         other, _created = state.registry.register(agent="shell")
         end_job(state, other.job_id, JobState.CANCELLED, actor="test")
-    racing = [
-        subprocess.Popen(
-            delegate_cmd("monitor", "--once"),
-            env=cli_env(home, tmux_env),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    for proc in racing:
-        _out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err
-    assert run_cli(home, "monitor", "--once", env=tmux_env, timeout=120).returncode == 0
+    race_monitors(home, tmux_env)
     attempts = [j for j in state.registry.list() if j.retry_of == job_id]
     assert [j.job_id for j in attempts] == [state.registry.get(job_id).retried_by]
     assert len(state.audit.read_events(job_id, "retried")) == 1
