@@ -180,3 +180,31 @@ def test_chains_follow_links_once_and_count_by_the_final_attempt():
         "retried_then_succeeded": 1,  # not b: no earlier attempt of it ended otherwise
         "retried_still_failed": 0,
     }
+
+
+def test_the_report_gives_cost_and_tokens_per_queue_group(
+    spark, state: State, tmp_path: Path, capsys
+):
+    """Issue 22's "the report carries tokens and cost per job and per group": a job's queue
+    group reaches its status.json, and the report sums per group as it does per agent."""
+    spent = {"night": [(0.5, 100), (0.25, 40)], "day": [(1.0, 10)]}
+    for group, costs in spent.items():
+        for cost, tokens in costs:
+            job, _ = state.registry.register(agent="shell", workdir="/tmp")
+            state.registry.update(job.job_id, group=group, cost_usd=cost, tokens_in=tokens)
+            state.registry.transition(job.job_id, JobState.RUNNING)
+            end_job(state, job.job_id, JobState.COMPLETED)
+    _attempt(state, "shell", "completed")  # no group: in no group's row
+    data = _json_report(state, tmp_path / "out")
+    groups = {row["group"]: row for row in data["groups"]}
+    assert set(groups) == {"day", "night"}
+    assert (groups["night"]["jobs"], groups["night"]["cost_usd"]) == (2, 0.75)
+    assert (groups["night"]["tokens_in"], groups["day"]["tokens_in"]) == (140, 10)
+    by_job = {job["job_id"]: job for job in data["jobs"]}
+    assert sorted(str(job["group"]) for job in by_job.values()) == ["None", "day", "night", "night"]
+    [page] = run_report(state, master="local[1]", fmt="html", out=tmp_path / "page").written
+    assert 'id="groups-table"' in page.read_text()
+    report = figures.Report(**{name: data[name] for name in figures.Report._fields})
+    print_report(report, width=100, generated_at=GENERATED, tz=UTC)
+    table = capsys.readouterr().out.split("per queue group", 1)[1].split("\n\n", 1)[0]
+    assert [line.split()[:2] for line in table.splitlines()[2:]] == [["day", "1"], ["night", "2"]]

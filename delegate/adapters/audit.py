@@ -83,6 +83,7 @@ class AuditLog:
             "cost_usd": job.cost_usd,
             "tokens_in": job.tokens_in,
             "tokens_out": job.tokens_out,
+            "group": job.group,  # its queue group, for the report's per-group figures
         }
         atomic_write(self.job_dir(job.job_id, create=True) / STATUS, _dump(status) + b"\n")
 

@@ -73,6 +73,7 @@ STATUS_SCHEMA = StructType(
         StructField("cost_usd", DoubleType()),
         StructField("tokens_in", LongType()),
         StructField("tokens_out", LongType()),
+        StructField("group", StringType()),
     ]
 )
 _NUMBERS = {"cost_usd": float, "tokens_in": int, "tokens_out": int}
@@ -201,6 +202,7 @@ class Report(NamedTuple):
     totals: dict[str, Any]
     resources: list[dict[str, Any]] = []  # noqa: RUF012 - a NamedTuple default, never mutated
     failures: list[dict[str, Any]] = []  # noqa: RUF012 - a NamedTuple default, never mutated
+    groups: list[dict[str, Any]] = []  # noqa: RUF012 - per queue group (`--group`), as agents
 
 
 def _seconds(later: Any, earlier: Any) -> Any:
@@ -275,6 +277,7 @@ def _status_fields(status: DataFrame) -> DataFrame:
         "cost_usd",
         "tokens_in",
         "tokens_out",
+        "group",
     )
 
 
@@ -326,6 +329,7 @@ def jobs_from_summary(summary: DataFrame, status: DataFrame) -> DataFrame:
             "first_seen_at",
             "last_seen_at",
             "retried_by",
+            "group",
         )
         .withColumn(
             "failure_reason",
@@ -335,7 +339,8 @@ def jobs_from_summary(summary: DataFrame, status: DataFrame) -> DataFrame:
 
 
 def group_frame(jobs: DataFrame, key: str) -> DataFrame:
-    """Per `key` (agent, session): outcomes, success rate, p50/p95 durations, cost, tokens."""
+    """Per `key` (agent, session, queue group): outcomes, success rate, p50/p95 durations,
+    cost, tokens."""
     ended = F.col("status").isin(*TERMINAL)
     return (
         jobs.groupBy(key)
@@ -431,6 +436,7 @@ def frames_from_summary(
         "jobs": jobs,
         "agents": group_frame(jobs, "agent"),
         "sessions": group_frame(jobs, "session"),
+        "groups": group_frame(jobs.filter(F.col("group").isNotNull()), "group"),
         "days": day_frame(jobs),
         "failures": failure_frame(jobs),
     }
@@ -548,4 +554,5 @@ def collect(frames: dict[str, DataFrame], *, malformed: int = 0) -> Report:
         totals,
         resources,
         sorted(failures, key=lambda f: (-f["jobs"], f["reason"])),
+        sorted(rows.get("groups", []), key=lambda g: str(g["group"])),
     )

@@ -114,6 +114,14 @@ def _time_cell(text: Any, tz: tzinfo | None) -> Cell:
 # --- the tables ------------------------------------------------------------------------------
 
 
+def _groups_section(report: Report) -> str:
+    """Per queue group (`--group`), when any job had one."""
+    if not report.groups:
+        return ""
+    table = _group_table(report.groups, "group", "groups-table")
+    return f'<section id="groups"><h2>Per queue group</h2>{table}</section>'
+
+
 def _group_table(rows: list[dict[str, Any]], key: str, table_id: str) -> str:
     headers = [
         (key.capitalize(), "free"),
@@ -349,6 +357,7 @@ def _sections(report: Report, links: Links, tz: tzinfo | None) -> str:
             f'<section class="charts">{drawn}</section>',
             '<section id="agents"><h2>Per agent</h2>'
             f"{_group_table(report.agents, 'agent', 'agents-table')}</section>",
+            _groups_section(report),
             '<section id="sessions"><h2>Sessions that hosted more than one job</h2>'
             f"{sessions}</section>",
             f'<section id="days"><h2>Per day (UTC)</h2>{_days_table(report)}</section>',

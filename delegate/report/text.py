@@ -155,9 +155,11 @@ def _print_retries(report: Report, width: int) -> None:
 
 
 def _print_groups(report: Report, width: int) -> None:
-    """Per agent, and per session for the sessions that hosted more than one job."""
+    """Per agent, per queue group (when jobs had one), and per session for the sessions
+    that hosted more than one job."""
     for title, key, rows in (
         ("per agent", "agent", report.agents),
+        ("per queue group", "group", report.groups),
         ("sessions that hosted more than one job", "session", sessions_shared(report)),
     ):
         if not rows:
