@@ -263,3 +263,28 @@ def test_a_worktree_made_by_a_launcher_that_died_is_adopted(state: State, tmp_pa
     with pytest.raises(GitError, match="already exists"):
         worktrees.ensure(state, recorded)
     assert f"delegate/{other.job_id}" not in sh_git(repo, "branch", "--list")
+
+
+def test_a_retried_worktree_job_works_on_in_its_worktree(home: Path, tmux_env, tmp_path: Path):
+    """Attempt 2 of a worktree job runs in attempt 1's worktree and branch, and from then on
+    the worktree is attempt 2's: `diff` shows both attempts' work, `worktree list` one entry."""
+    repo = make_repo(tmp_path / "repo")
+    script = (
+        'echo "attempt $(ls attempt-* 2>/dev/null | wc -l)" > "attempt-$$"\n'
+        "[ $(ls attempt-* | wc -l) -ge 2 ]\n"  # the first attempt fails, the second completes
+    )
+    first = submit_in_worktree(
+        home, tmux_env, repo, script, "--retries", "1", "--retry-on", "error", "--backoff", "1s..1s"
+    )
+    state = open_state(home)
+    second = retry_until(lambda: state.registry.get(first).retried_by, timeout=60)
+    wait_ended(home, second)
+    one, two = job_record(home, first), job_record(home, second)
+    assert (one.status.value, two.status.value) == ("error", "completed")
+    assert two.workdir == one.workdir == one.worktree["path"]  # type: ignore[index]
+    assert two.worktree is not None and two.worktree["branch"] == f"delegate/{first}"
+    assert one.worktree is not None and one.worktree["handed_to"] == second
+    counts = json_lines(run_cli(home, "diff", second, "--json", env=tmux_env).stdout)
+    assert len(counts) == 2 and all(c["path"].startswith("attempt-") for c in counts)
+    listed = json_lines(run_cli(home, "worktree", "list", "--json", env=tmux_env).stdout)
+    assert [r["job_id"] for r in listed] == [second]

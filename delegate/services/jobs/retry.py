@@ -137,6 +137,9 @@ def attempt_request(
         attempt=(job.attempt or 1) + 1,
         retry_of=job.job_id,
         not_before=not_before,
+        # never a worktree of its own: a worktree job's attempt takes over that worktree
+        # (_hand_over_worktree), a job without one had none (whatever [worktree] says now)
+        worktree=False,
     )
     return request._replace(**_as_assigned(state, job)) if job.host else request
 
@@ -150,6 +153,8 @@ def _submit_attempt(state: State, job: Job, request: SubmitRequest, how: str) ->
     if result.created or not state.registry.get(job.job_id).retried_by:
         # (not created: a caller that died after registering the attempt left it unlinked)
         state.registry.update(job.job_id, stamp=False, retried_by=result.job.job_id)
+    if result.created and not job.host:
+        _hand_over_worktree(state, job, result.job.job_id)
     if result.created:
         state.audit.append(
             job.job_id,
@@ -160,6 +165,17 @@ def _submit_attempt(state: State, job: Job, request: SubmitRequest, how: str) ->
             conversation_id=request.conversation_id,
         )
     return result
+
+
+def _hand_over_worktree(state: State, ended: Job, attempt_id: str) -> None:
+    """The next attempt works on in `ended`'s worktree and branch (it runs in that folder),
+    and from now on the worktree is the attempt's, as a review's follow-up takes it over:
+    `diff`, `merge` and `worktree clean` follow the attempt."""
+    entry = ended.worktree
+    if not entry or entry.get("handed_to"):
+        return
+    state.registry.update(ended.job_id, stamp=False, worktree={**entry, "handed_to": attempt_id})
+    state.registry.update(attempt_id, worktree=dict(entry))
 
 
 def follow_up(state: State, job_id: str) -> Job | None:
