@@ -25,8 +25,12 @@ def spark():
     """One local SparkSession for every report test of the run (a JVM takes ~20 s to start)."""
     pytest.importorskip("pyspark")
     from delegate.report.figures import spark_session
+    from delegate.services import class_archive
+    from delegate.services.report import check_requirements
 
-    session = spark_session("local[1]")
+    # from the class archive `make` made, as every report starts (services/class_archive)
+    archive = class_archive.archive_for(check_requirements())
+    session = spark_session("local[1]", class_archive=class_archive.using(archive))
     session.conf.set("spark.sql.shuffle.partitions", "2")
     yield session
     session.stop()

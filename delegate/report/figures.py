@@ -102,15 +102,20 @@ FAST_START_JVM = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 
 def spark_session(
-    master: str | None = None, *, app: str = "delegate-report", verbose: bool = False
+    master: str | None = None,
+    *,
+    app: str = "delegate-report",
+    verbose: bool = False,
+    class_archive: str = "",
 ) -> SparkSession:
     """A small Spark for a report (SMALL_JOB, FAST_START_JVM), its logs at error level
-    (warnings too when `verbose`)."""
+    (warnings too when `verbose`); `class_archive`: the JVM options of its class archive
+    (services/class_archive)."""
     log_config = Path(__file__).with_name("log4j2.properties")
     builder = SparkSession.builder.appName(app)
     for key, value in SMALL_JOB.items():
         builder = builder.config(key, value)
-    java_options = FAST_START_JVM
+    java_options = f"{FAST_START_JVM} {class_archive}".strip()
     if not verbose:
         java_options += f" -Dlog4j.configurationFile=file:{log_config}"
     builder = builder.config("spark.driver.extraJavaOptions", java_options)

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from delegate.config.settings import JAVA_HOME_ENV, PATH_ENV, settings
 from delegate.core.errors import DelegateError, UsageError
+from delegate.services import class_archive
 from delegate.services.state import State
 
 FORMATS = ("table", "json", "parquet", "html")
@@ -36,7 +37,8 @@ class ReportResult(NamedTuple):
     generated_at: datetime | None = None
 
 
-def check_requirements(env: dict[str, str] | None = None) -> None:
+def check_requirements(env: dict[str, str] | None = None) -> str:
+    """The Java binary Spark will run on; ReportUnavailable (one line) without it or PySpark."""
     env = settings().env if env is None else env
     try:
         # pyspark: only tried here, so that a missing one is one clear line (module doc)
@@ -56,6 +58,7 @@ def check_requirements(env: dict[str, str] | None = None) -> None:
             "delegate report needs a Java 17+ runtime for Spark: apt-get install "
             "openjdk-17-jre-headless, or set JAVA_HOME"
         )
+    return str(java)
 
 
 def parse_since(text: str | None) -> date | None:
@@ -131,7 +134,11 @@ def run_report(
     fmt: str = "table",
     compact: bool = False,
     verbose: bool = False,
+    class_dump: Path | None = None,
 ) -> ReportResult:
+    """`class_dump`: the JVM writes its class archive there as it exits (runtime/class_archive
+    makes one so); otherwise it starts from the archive when there is one (services/class_archive)
+    and, when there is none, one is started being made for the next report."""
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
     since_day = parse_since(since)
@@ -147,15 +154,20 @@ def run_report(
         store = str(state.layout.home / "analytics" if own else Path(f"{logs}-analytics"))
     else:
         store = f"{logs.rstrip('/')}-analytics"
-    check_requirements(dict(state.env))
+    java = check_requirements(dict(state.env))
+    archive = class_archive.archive_for(java)
+    classes = class_archive.dumping(class_dump) if class_dump else class_archive.using(archive)
 
     from delegate.report.figures import spark_session  # pyspark: only once Spark can run (above)
 
     log = None if verbose else spark_log(state)
     try:
         with jvm_stderr_to(log):
-            spark = spark_session(master, verbose=verbose)
-        return _run(spark, state, logs, store, local, own, since_day, out, fmt, compact)
+            spark = spark_session(master, verbose=verbose, class_archive=classes)
+        result = _run(spark, state, logs, store, local, own, since_day, out, fmt, compact)
+        if class_dump is None:
+            class_archive.start_building(archive, dict(state.env))  # for the next report
+        return result
     except DelegateError:
         raise
     except Exception as exc:
