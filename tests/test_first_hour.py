@@ -194,6 +194,20 @@ def test_submit_wait_at_a_terminal_reads_as_lines_and_piped_as_json(
     assert all("hmac_sig" in e["data"] for e in events)
 
 
+def test_publish_at_a_terminal_says_a_sentence_and_piped_a_json_receipt(
+    home: Path, tmux_env, tmp_path: Path
+):
+    job_id = submit_no_wait(home, tmux_env, tmp_path, "sleep 30")
+    wait_running(home, job_id)
+    argv = delegate_cmd("publish", "--job", job_id, "--event", "progress", "--detail", "half")
+    shown = run_in_pty(argv, env=cli_env(home, tmux_env))
+    assert shown.returncode == 0, shown
+    assert shown.output.strip() == f"job {job_id}: progress published (seq 2)"
+    piped = run_cli(home, *argv[-7:], env=tmux_env)
+    assert json.loads(piped.stdout) == {"job_id": job_id, "seq": 3, "event": "progress"}
+    assert run_cli(home, "cancel", job_id, env=tmux_env).returncode == 0
+
+
 def test_an_idle_timeout_says_why(home: Path, tmux_env, tmp_path: Path):
     argv = delegate_cmd(
         "submit", "-a", "shell", "-C", str(tmp_path), "-p", "sleep 60", "--idle-timeout", "2"

@@ -57,8 +57,17 @@ def run_publish(*, job: str | None, event: str, detail: str = "", data: str | No
     from delegate.services.state import State  # as services.jobs.publish
 
     receipt = publish_receipt(State.open(), job=job, event=event, detail=detail, data=data)
-    json.print_line(receipt)
+    print_receipt(receipt)
     return 0
+
+
+def print_receipt(receipt: object) -> None:
+    """The receipt as one JSON line for a script or an agent; at a terminal, as a sentence."""
+    if isinstance(receipt, dict) and sys.stdout.isatty():
+        job, event, seq = receipt.get("job_id"), receipt.get("event"), receipt.get("seq")
+        sys.stdout.write(f"job {job}: {event} published (seq {seq})\n")
+        return
+    json.print_line(receipt)
 
 
 def _wrapper_socket(job: str | None) -> str | None:
@@ -90,7 +99,7 @@ def _via_wrapper(args: dict[str, str | None]) -> int | None:
     if answer is None:
         return None
     if answer.get("ok"):
-        json.print_line(answer.get("receipt"))
+        print_receipt(answer.get("receipt"))
         return 0
     say(answer.get("message", "publish failed"))
     code = answer.get("exit_code")
