@@ -37,7 +37,8 @@ bytecode:
 	@$(BIN)/python -m compileall -q delegate
 
 # The report's JVM class archive (services/class_archive): made once per Java and PySpark, it
-# halves Spark's start; a report without one makes it in the background.
+# halves Spark's start. `make test` makes it first (the suite starts many JVMs); after `make
+# demo` the demo's own report starts it being made in the background, for the next report.
 class-archive:
 	@$(BIN)/python -m delegate.runtime.class_archive
 
@@ -53,7 +54,7 @@ $(AGENTS)/.installed: Makefile
 agents: $(AGENTS)/.installed
 
 setup-demo: system-demo venv-demo
-	@$(MAKE) -s bytecode class-archive
+	@$(MAKE) -s bytecode
 
 setup: system venv agents
 	@$(MAKE) -s bytecode class-archive
