@@ -41,7 +41,7 @@ def _let_the_jvm_exit(timeout_s: float = 600.0) -> None:
     looks for the archive."""
     # pyspark: the report's own session and gateway, in this builder only
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # pyspark: as above
 
     session = SparkSession.getActiveSession()
     if session is not None:
