@@ -25,6 +25,23 @@ CODEX_LIMIT = (
 )
 
 
+def stand_in_profile(
+    home: Path, name: str, command: list[str], resume: list[str], channel: str
+) -> None:
+    """delegate.toml with profile `name`: a stand-in agent reading its prompt on stdin."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "delegate.toml").write_text(
+        textwrap.dedent(f"""
+        [profiles.{name}]
+        command = {json.dumps(command)}
+        resume = {json.dumps(resume)}
+        prompt = "stdin"
+        preamble = false
+        channel = "{channel}"
+        """)
+    )
+
+
 def test_the_codex_usage_limit_message_becomes_a_rate_limited_ending():
     assert codex_wait_s(CODEX_LIMIT) == 5 * 86400 + 22 * 3600 + 11 * 60
     assert codex_wait_s("try again in 1 hour 1 minute") == 3660
@@ -55,19 +72,9 @@ def test_the_claude_usage_limit_message_becomes_a_rate_limited_ending():
 
 
 def test_a_rate_limited_attempt_resumes_after_the_reset(home: Path, tmux_env, tmp_path: Path):
-    home.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, str(LIMITED), "-p", "--output-format", "stream-json"]
     resume = [*command, "--resume", "{conversation_id}"]
-    (home / "delegate.toml").write_text(
-        textwrap.dedent(f"""
-        [profiles.limited]
-        command = {json.dumps(command)}
-        resume = {json.dumps(resume)}
-        prompt = "stdin"
-        preamble = false
-        channel = "claude-stream"
-        """)
-    )
+    stand_in_profile(home, "limited", command, resume, "claude-stream")
     result = run_cli(
         home,
         "submit",
@@ -100,19 +107,9 @@ def test_a_rate_limited_attempt_resumes_after_the_reset(home: Path, tmux_env, tm
 def test_a_rate_limited_codex_attempt_resumes_its_thread_after_the_wait(
     home: Path, tmux_env, tmp_path: Path
 ):
-    home.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, str(FAKE_CODEX), "exec", "--json", "-"]
     resume = [sys.executable, str(FAKE_CODEX), "exec", "--json", "resume", "{conversation_id}", "-"]
-    (home / "delegate.toml").write_text(
-        textwrap.dedent(f"""
-        [profiles.codexlimited]
-        command = {json.dumps(command)}
-        resume = {json.dumps(resume)}
-        prompt = "stdin"
-        preamble = false
-        channel = "codex-json"
-        """)
-    )
+    stand_in_profile(home, "codexlimited", command, resume, "codex-json")
     argv = ["submit", "--agent", "codexlimited", "--prompt", "LIMITED work", "--wait", "--json"]
     result = run_cli(home, *argv, "--workdir", str(tmp_path), env=tmux_env, timeout=120)
     assert result.returncode == 0, result.stderr  # the final attempt's outcome
