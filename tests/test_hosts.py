@@ -22,6 +22,7 @@ from delegate.core import hostproto
 from delegate.core.model import JobState
 from delegate.core.timefmt import parse_timestamp
 from delegate.services.jobs.finish import end_job
+from delegate.services.jobs.launch import SENT_TO_HOST
 from delegate.services.remote import HostBook
 from delegate.services.state import State
 
@@ -794,4 +795,5 @@ def test_a_retry_of_a_job_on_a_host_waits_out_its_backoff_then_is_assigned(
     ]
     assert parse_timestamp(sent_here["ts"]) >= due
     assert parse_timestamp(sent_there["ts"]) >= due
-    assert here.registry.get(second.job_id).launcher is None  # sent: judged from its assignment
+    # sent: judged from its assignment, and no claimer that saw it queued takes it again
+    assert here.registry.get(second.job_id).launcher == SENT_TO_HOST

@@ -356,3 +356,27 @@ def test_sigkill_mid_write_leaves_old_or_new_record(state: State, home: Path):
             assert record.command in allowed, (job_id, record.command, allowed)
     assert state.registry.quarantined() == []
     assert rounds_that_rewrote >= 25  # the kills landed inside the rewrite loop, not before it
+
+
+def test_a_host_job_already_sent_is_not_claimed_by_one_that_saw_it_queued(state: State):
+    """Two launchers see a retry queued for its host; the first claims it and sends it. The
+    second, which expects it still queued (no launcher), must find nothing to claim: a host job
+    sent is marked so (SENT_TO_HOST), never left with no launcher, or it is sent twice (seen
+    once in CI: the host refused the second as already assigned)."""
+    from delegate.services.jobs.launch import SENT_TO_HOST
+
+    job, _ = state.registry.register(agent="shell", host="h1")
+    queued = state.registry.admit(job.job_id, {"argv": ["true"]}, lambda j, others: False)
+    assert queued.status is JobState.QUEUED
+    first = {"pid": os.getpid(), "start": 1}
+    claimed = state.registry.claim_launch(
+        job.job_id, first, expected_launcher=None, may_start=lambda j, others: True
+    )
+    assert claimed is not None and claimed.status is JobState.PENDING
+    state.registry.update(job.job_id, stamp=False, launcher=dict(SENT_TO_HOST))  # it was sent
+    second = {"pid": os.getpid() + 1, "start": 2}
+    again = state.registry.claim_launch(
+        job.job_id, second, expected_launcher=None, may_start=lambda j, others: True
+    )
+    assert again is None
+    assert state.registry.get(job.job_id).launcher == SENT_TO_HOST

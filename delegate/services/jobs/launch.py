@@ -73,6 +73,12 @@ def start_policy(state: State, cap: Caps) -> Callable[[Job, list[Job]], bool]:
     return decide
 
 
+# The launcher of a host job once its assignment is sent: no process (so never alive), and not
+# None either, which a claimer that saw the job still queued expects (claim_launch): such a
+# claimer must not take a job already sent, or the host is sent it twice.
+SENT_TO_HOST = {"sent_to_host": True}
+
+
 def this_launcher() -> dict[str, Any]:
     """This process as a launcher: its pid and start time (a reused pid has another)."""
     return {"pid": os.getpid(), "start": process_start(os.getpid())}
@@ -191,7 +197,7 @@ def claim_and_launch(
             # sent: from now its assignment's time judges it, as for a submit that exits once
             # it sent it (a supervisor or monitor that claimed it lives on, and a live
             # launcher's job is never judged)
-            return state.registry.update(job.job_id, stamp=False, launcher=None)
+            return state.registry.update(job.job_id, stamp=False, launcher=dict(SENT_TO_HOST))
         started = launch_in_tmux(state, job, tmux_for(state, job))
     except DelegateError as exc:
         cause = {"source": "launcher", "observed": True, "error": str(exc)}
