@@ -329,6 +329,9 @@ class LiveTable:
         gone += self._trim_ended()
         if moved or gone:
             self._refresh_queue()
+            # the changed rows at once, from the tmux facts as last asked (a new job's LIVE
+            # reads "-" for that moment): asking tmux takes 10-200 ms on a busy machine
+            self._publish(sorted(changed & self._jobs.keys()), self._note)
             self._refresh_tmux()  # every row again, with the new facts
         else:
             self._publish(sorted(changed & self._jobs.keys()), self._note)
@@ -440,8 +443,9 @@ class LiveTable:
             shown = self._overlay.get(event.job_id)
             if event.job_id not in self._jobs or (shown is not None and shown.seq >= event.seq):
                 continue
-            if _seq_of(self._events.get(event.job_id, ("", ""))[0]) >= event.seq:
-                continue
+            known = _seq_of(self._events.get(event.job_id, ("", ""))[0]) >= event.seq
+            if known and _caught_up(self._jobs[event.job_id], event.event):
+                continue  # (a log read ahead of the record still needs the event's state)
             if event.job_id in batch:
                 self._publish(batch, self._note)
                 batch = []
