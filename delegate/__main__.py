@@ -8,9 +8,41 @@ from delegate import version_line
 from delegate.config import logsetup
 from delegate.core.errors import guarded
 
-TYPE_CHECKING = False  # the fast paths (publish, hook) import nothing they do not use
-if TYPE_CHECKING:
-    pass
+LOCK_FAST = (["acquire"], ["renew"], ["release"], ["check"])
+
+
+def _fast_path(argv: list[str]) -> int | None:
+    """The exit status of a command a typer-free path answers, or None for typer. Each path
+    imports only its own modules, inside this function, so no path loads another's."""
+    if {"-h", "--help"} & set(argv):
+        return None  # help comes from the typer commands
+    command = argv[:1]
+    if command == ["publish"]:
+        from delegate.entry.publish import main_publish  # each fast path loads its own
+
+        return main_publish(argv[1:])
+    if argv[:2] == ["cron", "run"] and len(argv) == 3 and not argv[2].startswith("-"):
+        from delegate.entry.cron import main_cron_run  # only its own fast path (see publish)
+
+        code = main_cron_run(argv[2])
+        return code if code >= 0 else None
+    if command == ["lock"] and argv[1:2] in LOCK_FAST:
+        from delegate.entry.coord import main_lock  # only its own fast path (sqlite3, leases)
+
+        return main_lock(argv[1:])
+    if command == ["ps"]:
+        from delegate.entry.ps import main_ps  # only its own fast path (the registry, tmux)
+
+        return main_ps(argv[1:])
+    if command == ["submit"]:
+        from delegate.entry.submit import main_submit  # only its own fast path (the launcher)
+
+        return main_submit(argv[1:])
+    if command == ["hook"]:
+        from delegate.entry.publish import main_hook  # only its own fast path
+
+        return main_hook(argv[1:])
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,36 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         if argv in (["--version"], ["-V"]):  # answered without typer
             sys.stdout.write(version_line() + "\n")
             return 0
-        if argv[:1] == ["publish"] and not {"-h", "--help"} & set(argv):
-            from delegate.entry.publish import main_publish  # each fast path loads its own
-
-            logsetup.configure_lazily()
-            return main_publish(argv[1:])
-        if argv[:2] == ["cron", "run"] and len(argv) == 3 and not argv[2].startswith("-"):
-            from delegate.entry.cron import main_cron_run  # only its own fast path (see publish)
-
-            logsetup.configure_lazily()
-            code = main_cron_run(argv[2])
-            if code >= 0:
-                return code
-        fast_lock = argv[1:2] in (["acquire"], ["renew"], ["release"], ["check"])
-        if argv[:1] == ["lock"] and fast_lock and not {"-h", "--help"} & set(argv):
-            from delegate.entry.coord import main_lock  # only its own fast path (sqlite3, leases)
-
-            logsetup.configure_lazily()
-            return main_lock(argv[1:])
-        if argv[:1] == ["ps"] and not {"-h", "--help"} & set(argv):
-            from delegate.entry.ps import main_ps  # only its own fast path (the registry, tmux)
-
-            logsetup.configure_lazily()
-            answered = main_ps(argv[1:])
-            if answered is not None:
-                return answered
-        if argv[:1] == ["hook"] and not {"-h", "--help"} & set(argv):
-            from delegate.entry.publish import main_hook  # only its own fast path
-
-            logsetup.configure_lazily()
-            return main_hook(argv[1:])
+        logsetup.configure_lazily()
+        answered = _fast_path(argv)
+        if answered is not None:
+            return answered
         logsetup.configure()
         from delegate.cli.app import run  # typer, click, rich: only when no fast path answered
 

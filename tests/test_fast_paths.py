@@ -195,3 +195,75 @@ def test_the_default_state_dir_is_platformdirs_xdg_one_without_importing_it(
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "LOADED []"
     assert (tmp_path / "fresh" / ".local" / "state" / "delegate" / "jobs").is_dir()
+
+
+# `submit` of one job: answered without typer, as the typer command answers it.
+
+
+def test_the_fast_submit_parser_matches_the_typer_command():
+    from delegate.cli import app as cli
+    from delegate.entry import submit as fastsubmit
+
+    command = cli.full_command().commands["submit"]
+    options: dict[str, bool] = {}
+    names: dict[str, str] = {}
+    for param in command.params:
+        for opt in [*param.opts, *getattr(param, "secondary_opts", [])]:
+            if opt.startswith("--") and opt != "--help":
+                options[opt] = not param.is_flag
+                names[opt] = str(param.name)
+    # the fast path leaves a job file and a fan-out to typer; it reads every other option
+    assert options.keys() - fastsubmit.SUBMIT_OPTIONS.keys() == {"--from-file", "--fan-out"}
+    assert fastsubmit.SUBMIT_OPTIONS.keys() <= options.keys()
+    for opt, takes_value in fastsubmit.SUBMIT_OPTIONS.items():
+        assert options[opt] == takes_value, opt
+    flags, no_mcp, as_json = fastsubmit.parse_submit_args(
+        ["--cmd", "x", "--wall-timeout=5", "--max-running", "2", "--no-wait", "--wait", "--json"]
+    ) or ({}, None, None)
+    assert (flags["cmd"], flags["wall_timeout"], flags["max_running"]) == ("x", 5.0, 2)
+    assert flags["wait"] is True and as_json is True and no_mcp is False  # the last one wins
+    # every parameter the typer command passes on is named the same here
+    assert set(fastsubmit.FLAG_NAMES) == {
+        names[o] for o in fastsubmit.SUBMIT_OPTIONS if o not in ("--no-mcp", "--json")
+    }
+    for to_typer in (
+        ["--agent", "a", "--agent", "b"],
+        ["-p", "x"],
+        ["x"],
+        ["--from-file", "f.toml"],
+        ["--fan-out", "2"],
+        ["--max-running", "two"],
+        ["--wall-timeout"],
+    ):
+        assert fastsubmit.parse_submit_args(to_typer) is None, to_typer
+
+
+def test_submit_fast_path_loads_nothing_heavy_and_says_what_typer_says(
+    home: Path, tmux_env, tmp_path: Path
+):
+    argv = ["submit", "--cmd", "echo fast", "--prompt", "x", "--workdir", str(tmp_path)]
+    code, loaded, out = _probe(home, *argv, "--no-wait", "--json", env=tmux_env)
+    assert code == 0 and loaded == []
+    fast = json.loads(out)
+    slow_run = _typer_run(home, *argv, "--no-wait", "--json", env=tmux_env)
+    assert slow_run.returncode == 0, slow_run.stderr
+    slow = json.loads(slow_run.stdout)
+    assert fast.keys() == slow.keys()
+    differ = {"job_id", "created_at", "updated_at", "session", "launcher", "launch", "status"}
+    assert {k: fast[k] for k in fast.keys() - differ} == {k: slow[k] for k in slow.keys() - differ}
+    state = State.open(env=cli_env(home, tmux_env))
+    for job_id in (fast["job_id"], slow["job_id"]):
+        retry_until(lambda j=job_id: state.registry.get(j).status.terminal, timeout=30)
+        assert state.registry.get(job_id).status.value == "completed"
+    # piped without --json: the job id alone, as the typer command prints it
+    code, loaded, out = _probe(home, *argv, "--no-wait", env=tmux_env)
+    assert code == 0 and loaded == [] and len(out.strip()) == 8
+    # waited for: the events as JSON lines (piped), the outcome's exit status
+    code, loaded, out = _probe(home, *argv[:2], "exit 3", *argv[3:], "--wait", env=tmux_env)
+    assert code == 1 and loaded == []
+    assert [json.loads(line)["event"] for line in out.splitlines()] == ["started", "error"]
+    # bad input: one line from typer (a usage error, 64), nothing recorded
+    before = len(state.registry.list())
+    code, loaded, _ = _probe(home, *argv, "--max-running", "two", env=tmux_env)
+    assert code == 64 and "typer" in loaded
+    assert len(state.registry.list()) == before

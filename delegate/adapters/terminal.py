@@ -11,14 +11,11 @@ on stderr. Rendering is rich's (imported only when a table is printed).
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import sys
 from collections.abc import Callable, Sequence
 from typing import IO, Any, NamedTuple, TypeVar
 
-from delegate.config.settings import settings
+from delegate.adapters.console import print_json, terminal_width, wants_json
 from delegate.core.errors import say
 
 T = TypeVar("T")
@@ -34,20 +31,6 @@ class Column(NamedTuple):
     header: str
     free: bool = False
     align: str = "left"
-
-
-def terminal_width(stream: IO[str] | None = None) -> int:
-    """The width of the terminal `stream` writes to: $COLUMNS, the window's, else 80 (also
-    for a terminal that reports no size, as a fresh pseudo-terminal does)."""
-    given = settings().columns
-    if given is not None:
-        return given
-    stream = stream or sys.stdout
-    try:
-        columns = os.get_terminal_size(stream.fileno()).columns
-    except (OSError, ValueError, AttributeError):
-        columns = shutil.get_terminal_size((80, 24)).columns
-    return columns if columns > 0 else 80
 
 
 def fit_widths(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int]:
@@ -122,18 +105,6 @@ def print_table(
     Console(file=out, width=max(width, needed), soft_wrap=False).print(table)
 
 
-def wants_json(as_json: bool, stream: IO[str] | None = None) -> bool:
-    """The output rule of every command: JSON with --json, or when stdout is not a terminal."""
-    return as_json or not (stream or sys.stdout).isatty()
-
-
-def print_json(obj: Any, file: IO[str] | None = None) -> None:
-    """One JSON line (keys sorted), flushed: what every command prints for a machine."""
-    out = file or sys.stdout
-    out.write(json.dumps(obj, ensure_ascii=False, sort_keys=True) + "\n")
-    out.flush()
-
-
 def print_listing(
     items: Sequence[T],
     columns: Sequence[Column | str],
@@ -186,3 +157,6 @@ def print_tree(
         tree = Tree(Text(label(root)), guide_style="dim")  # labels are data, never markup
         grow(tree, root, 0)
         console.print(tree)
+
+
+__all__ = ["Column", "print_json", "print_listing", "print_table", "terminal_width", "wants_json"]

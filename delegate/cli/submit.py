@@ -185,9 +185,9 @@ def submit(
     Example: delegate submit --agent claude --prompt-file task.md --workdir ~/repo --wait
     """
     # services.jobs.{jobfile,submit} (profiles, the launcher, tmux): only `submit` loads them;
+    from delegate.entry.submit import submit_one  # as jobfile
     from delegate.services.jobs.jobfile import merge_job_file  # every other command goes without
     from delegate.services.jobs.submit import SubmitRequest, read_prompt  # as jobfile
-    from delegate.services.jobs.submit import submit as submit_job  # as jobfile
 
     agents = agent or []
     flags = dict(
@@ -225,35 +225,14 @@ def submit(
         planned = submit_plan_file(from_file, flags, as_json=as_json, no_mcp=no_mcp)
         if planned is not None:
             return planned
-    settings = merge_job_file(from_file, **flags)
-    text = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=sys.stdin)
-    request = SubmitRequest.from_settings(settings, text)._replace(no_mcp=no_mcp)
-    # cron, scripts and pipes get the job id at once; a person at a terminal sees it through
-    waiting = sys.stdout.isatty() if settings["wait"] is None else bool(settings["wait"])
-    emit = event_printer(as_json)
     if fan_out is not None or len(agents) > 1:
+        settings = merge_job_file(from_file, **flags)
         if settings["host"] or settings["wait"]:
             raise typer.BadParameter("a fan-out runs here and never waits: drop --host/--wait")
+        text = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=sys.stdin)
+        request = SubmitRequest.from_settings(settings, text)._replace(no_mcp=no_mcp)
         return _submit_fan_out(request, agents, fan_out, as_json=as_json)
-    if settings["host"]:
-        from delegate.services.jobs.submit import submit_remote  # only for --host
-
-        result = submit_remote(
-            open_state(), request, settings["host"], wait=waiting, emit=emit, note=say
-        )
-    else:
-        result = submit_job(open_state(), request, wait=waiting, emit=emit, note=say)
-    if result.outcome is not None:  # a retried attempt: follow it to the final outcome
-        from delegate.services.jobs.retry import follow_attempts  # as jobfile
-
-        result = follow_attempts(open_state(), result, emit=emit, note=say)
-    if result.queue_position is not None:
-        print(
-            f"job {result.job.job_id} queued at position {result.queue_position}:"
-            f" {result.waiting_for or 'it starts when a slot frees'}",
-            file=sys.stderr,
-        )
-    return print_submitted(result, as_json)
+    return submit_one(flags, from_file, no_mcp=no_mcp, as_json=as_json)
 
 
 def _submit_fan_out(request: Any, agents: list[str], count: int | None, *, as_json: bool) -> int:

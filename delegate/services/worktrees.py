@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -264,6 +263,10 @@ def listing(
     found = list(jobs_with_worktrees(state) if jobs is None else jobs)
     now = datetime.now(UTC)
     repos = sorted({(job.worktree or {})["repo"] for job in found})
+    # concurrent.futures loads logging, threading and traceback: only listings need it, and
+    # every submit imports this module
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=LIST_THREADS) as pool:
         tips = dict(zip(repos, pool.map(_tips_or_none, repos), strict=True))
         return list(
