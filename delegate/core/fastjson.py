@@ -61,16 +61,22 @@ def dumps(
     sort_keys: bool = False,
     ensure_ascii: bool = True,
     separators: tuple[str, str] = (", ", ": "),
+    allow_nan: bool = True,
 ) -> str:
     """`json.dumps(value, ...)` with these options, for str/int/float/bool/None, lists and
-    dicts with str keys; anything else goes to `json`."""
+    dicts with str keys; anything else goes to `json` (which refuses NaN and infinities
+    with ValueError when not `allow_nan`)."""
     style = _Style(sort_keys, ensure_ascii, separators)
     parts: list[str] = []
     if not _encode(value, parts, style):
         import json  # json: only for values the encoder declines; fast paths never load it
 
         return json.dumps(
-            value, sort_keys=sort_keys, ensure_ascii=ensure_ascii, separators=separators
+            value,
+            sort_keys=sort_keys,
+            ensure_ascii=ensure_ascii,
+            separators=separators,
+            allow_nan=allow_nan,
         )
     return "".join(parts)
 

@@ -10,13 +10,13 @@ escaping), so any tool that can sort JSON keys and run HMAC can sign or check an
 
 import hashlib
 import hmac
-import json
 import os
 import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from delegate.core import fastjson
 from delegate.core.model import EVENT_NAMES
 
 SCHEMA_VERSION = 1
@@ -43,7 +43,7 @@ AFTER_TERMINAL = "after_terminal"
 
 def canonical_json(obj: Any) -> bytes:
     """The one byte form of a JSON value that signatures are computed over."""
-    return json.dumps(
+    return fastjson.dumps(
         obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode("utf-8")
 
@@ -143,7 +143,7 @@ def parse_envelope(raw: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> dict[str, 
     if len(raw) > max_bytes:
         return Rejected(TOO_LARGE, f"{len(raw)} bytes is over the {max_bytes}-byte limit")
     try:
-        obj = json.loads(raw.decode("utf-8"))
+        obj = fastjson.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return Rejected(NOT_JSON, "message is not UTF-8 JSON")
     if not isinstance(obj, dict):

@@ -6,13 +6,13 @@ This is the hot path of every agent report, so it imports nothing heavy: no type
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from delegate.adapters import audit
 from delegate.adapters.publish_socket import through_wrapper
 from delegate.config.logsetup import get_logger
 from delegate.config.settings import JOB_ENV, settings
+from delegate.core import fastjson
 from delegate.core.errors import BusError, DelegateError, PublishRefused, UsageError
 from delegate.core.model import EVENT_TARGET_STATE, EventType, Job, validate_job_id
 from delegate.core.protocol import (
@@ -41,9 +41,10 @@ def parse_data(text: str | None) -> dict[str, Any]:
     if text is None or text == "":
         return {}
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--data is not valid JSON: {exc.msg} at position {exc.pos}") from None
+        data = fastjson.loads(text)
+    except ValueError as exc:  # json.JSONDecodeError, from the fallback to `json`
+        where = f"{getattr(exc, 'msg', exc)} at position {getattr(exc, 'pos', 0)}"
+        raise UsageError(f"--data is not valid JSON: {where}") from None
     if not isinstance(data, dict):
         raise UsageError("--data must be a JSON object")
     return data
