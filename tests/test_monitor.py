@@ -255,9 +255,12 @@ def test_a_simulated_reboot_leaves_nothing_open(home: Path, tmux_env, tmp_path: 
     for job_id in running:
         victims |= {pane_pid(home, job_id), supervisor_pid(home, job_id)}
         victims |= processes_of_job(job_id)
-    for pid in victims:
-        with contextlib.suppress(ProcessLookupError):  # some die with the others
-            os.kill(pid, signal.SIGKILL)
+    # all at once: frozen first, so that no wrapper sees its agent die (and says so) and no
+    # supervisor sees a slot free (and launches) before it dies itself
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError):  # some die with the others
+                os.kill(pid, sig)
     retry_until(lambda: not any(alive(p) for p in victims), timeout=15)
 
     actions = monitor_once(home, tmux_env)

@@ -18,12 +18,19 @@ from typing import Any
 from delegate.adapters.bus import keeps_history
 from delegate.adapters.groups import GroupBook
 from delegate.adapters.sessions_db import SessionError, SessionInventory
-from delegate.adapters.tmux import Tmux, alive, process_start, processes_of_job, terminate
+from delegate.adapters.tmux import (
+    Tmux,
+    TmuxError,
+    alive,
+    process_start,
+    processes_of_job,
+    terminate,
+)
 from delegate.config.profiles import max_running_caps, read_config
 from delegate.config.settings import HOME_ENV, JOB_ENV, TMUX_SOCKET_ENV
 from delegate.core.caps import Caps, Gate, busy_sessions, may_start
 from delegate.core.errors import DelegateError
-from delegate.core.model import Job, JobState, SessionState
+from delegate.core.model import Job, JobState, Session, SessionState
 from delegate.services import worktrees
 from delegate.services.jobs.finish import end_job
 from delegate.services.state import State
@@ -141,33 +148,58 @@ def launch_in_tmux(state: State, job: Job, tmux: Tmux) -> bool:
     )
     wrapper = [sys.executable, "-m", "delegate.runtime.wrapper", job.job_id]
     try:
-        panes = [p for p in tmux.panes(owned_only=False) if p.session == job.session]
-        running = [p for p in panes if p.job_id == job.job_id and not p.dead]
-        if running:
-            # This very job already runs there (a launcher we took for dead had launched it):
-            # respawning would kill it with SIGHUP. Adopt the pane instead.
-            sessions.set_pane_pid(job.session, running[0].pid)
-            return False
-        if panes:
-            # The session of an ended job (kept for inspection, or stopped to be resumed): the
-            # same tmux session goes on, its pane respawned, once what is left of that job ends.
-            old_job = previous.job_id if previous is not None else None
-            if old_job and old_job != job.job_id:
-                terminate([], processes_of_job(old_job), grace_s=2.0)
-            pane_pid = tmux.respawn(
-                job.session, wrapper, workdir=Path(job.workdir or "."), env=env, job_id=job.job_id
-            )
-        else:
-            pane_pid = tmux.start(
-                job.session, wrapper, workdir=Path(job.workdir or "."), env=env, job_id=job.job_id
-            )
+        pane_pid, adopted = None, False
+        if previous is None:  # a name never used: start it, without asking tmux first
+            pane_pid = _start_new(tmux, job, wrapper, env)
+        if pane_pid is None:
+            pane_pid, adopted = _start_in_place(tmux, job, wrapper, env, previous)
     except BaseException:
         sessions.set_state(
             job.session, SessionState.TERMINATED, reason="launch failed", job_id=job.job_id
         )
         raise
     sessions.set_pane_pid(job.session, pane_pid)
-    return True
+    return not adopted
+
+
+def _start_new(tmux: Tmux, job: Job, wrapper: list[str], env: dict[str, str]) -> int | None:
+    """Start the job's session under a name no job used; None when tmux has a session of that
+    name after all (made outside delegate): then it is handled as a used one."""
+    assert job.session is not None
+    try:
+        return tmux.start(
+            job.session, wrapper, workdir=Path(job.workdir or "."), env=env, job_id=job.job_id
+        )
+    except TmuxError as exc:
+        if "duplicate session" in str(exc):
+            return None
+        raise
+
+
+def _start_in_place(
+    tmux: Tmux, job: Job, wrapper: list[str], env: dict[str, str], previous: Session | None
+) -> tuple[int, bool]:
+    """Start the job in a session name that hosted jobs before: a new session when tmux has
+    none of that name, its pane respawned when it has. (pane pid, whether this very job was
+    found running there and adopted rather than started)."""
+    assert job.session is not None
+    workdir = Path(job.workdir or ".")
+    panes = [p for p in tmux.panes(owned_only=False) if p.session == job.session]
+    running = [p for p in panes if p.job_id == job.job_id and not p.dead]
+    if running:
+        # This very job already runs there (a launcher we took for dead had launched it):
+        # respawning would kill it with SIGHUP. Adopt the pane instead.
+        return running[0].pid, True
+    if not panes:
+        started = tmux.start(job.session, wrapper, workdir=workdir, env=env, job_id=job.job_id)
+        return started, False
+    # The session of an ended job (kept for inspection, or stopped to be resumed): the same
+    # tmux session goes on, its pane respawned, once what is left of that job ends.
+    old_job = previous.job_id if previous is not None else None
+    if old_job and old_job != job.job_id:
+        terminate([], processes_of_job(old_job), grace_s=2.0)
+    pane_pid = tmux.respawn(job.session, wrapper, workdir=workdir, env=env, job_id=job.job_id)
+    return pane_pid, False
 
 
 def claim_and_launch(
