@@ -632,3 +632,28 @@ def test_a_publish_finding_a_dead_wrappers_socket_publishes_itself(home: Path, t
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["seq"] == 1
     assert state.registry.get(job.job_id).status is JobState.RUNNING
+
+
+def test_a_session_name_taken_outside_delegate_is_reused_as_a_used_one(
+    home: Path, tmux_env, tmp_path: Path
+):
+    # no job ever used the name, so submit starts it without asking tmux first; tmux says the
+    # name is taken, and the job goes the way of a used name: the pane is respawned
+    tmux = Tmux(tmux_env["DELEGATE_TMUX_SOCKET"], tmux_env)
+    tmux.prepare()
+    made = subprocess.run(
+        ["tmux", "-S", tmux.socket_path, "new-session", "-d", "-s", "handmade", "sleep 300"],
+        env={**os.environ, **tmux_env},
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    result = submit_shell(
+        home, tmux_env, tmp_path, "echo here > out.txt", "--session", "handmade", "--wait"
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out.txt").read_text() == "here\n"
+    job = open_state(home).registry.get(json_lines(result.stdout)[0]["job_id"])
+    assert job.status is JobState.COMPLETED and job.session == "handmade"
+    row = SessionInventory(open_state(home).layout.sessions_db).get("handmade")
+    assert row is not None and row.job_id == job.job_id
