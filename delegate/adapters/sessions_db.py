@@ -8,6 +8,7 @@ A session is a tmux session the toolkit started. It may host several jobs one af
 # No `from __future__ import annotations`: typing.NamedTuple would compile each string
 # annotation into a ForwardRef at import (milliseconds of every fast path).
 
+import _thread
 import builtins
 import os
 import sqlite3
@@ -79,25 +80,76 @@ def _migrate(conn: sqlite3.Connection, found: int) -> None:
     statements(_SCHEMA)(conn, found)
 
 
+# One connection per database file, process and thread, kept for the process's life: opening
+# and closing one per call cost a connect, a schema check and, at each last close, a WAL
+# checkpoint with its fsyncs (a submit made a dozen). Keyed by the file's identity too, so a
+# file replaced or removed underneath is opened afresh. (A thread's id may be reused by a later
+# thread: that one takes over the connection, which the first no longer uses.)
+_OPEN: dict[tuple[str, int, int], tuple[tuple[int, int], sqlite3.Connection]] = {}
+KEPT_PER_THREAD = 4  # files a thread keeps open (a test process opens hundreds in turn)
+_INHERITED: list[sqlite3.Connection] = []  # a forked child's copies: never used, never closed
+
+
+def _after_fork_in_child() -> None:
+    _INHERITED.extend(conn for _, conn in _OPEN.values())
+    _OPEN.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (found.st_dev, found.st_ino)
+
+
+def _open(path: Path) -> tuple[tuple[int, int], sqlite3.Connection]:
+    """A connection to the inventory at `path` (made when missing), at its schema."""
+    if not path.exists():
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE))
+    conn = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA busy_timeout = 10000")
+        ensure_schema(conn, SCHEMA_VERSION, _migrate, timeout_s=10)
+        identity = _identity(path)
+        assert identity is not None
+    except BaseException:
+        conn.close()
+        raise
+    return identity, conn
+
+
+def _forget_oldest(thread: tuple[int, int]) -> None:
+    """Close this thread's oldest kept connections beyond KEPT_PER_THREAD - 1."""
+    mine = [key for key in _OPEN if key[1:] == thread]
+    for key in mine[: max(0, len(mine) - KEPT_PER_THREAD + 1)]:
+        _OPEN.pop(key)[1].close()
+
+
 class SessionInventory:
     def __init__(self, path: Path) -> None:
         self.path = path
-        if not path.exists():
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE))
         try:
-            with self._connect() as conn:
-                ensure_schema(conn, SCHEMA_VERSION, _migrate, timeout_s=10)
+            with self._connect():
+                pass  # opens it, made at its schema, or says why not
         except sqlite3.Error as exc:
             raise SessionError(f"cannot open the session inventory {path}: {exc}") from None
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        conn = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-        try:
-            conn.execute("PRAGMA busy_timeout = 10000")
-            yield conn
-        finally:
-            conn.close()
+        key = (str(self.path), os.getpid(), _thread.get_ident())
+        kept = _OPEN.get(key)
+        if kept is None or kept[0] != _identity(self.path):
+            if kept is not None:
+                kept[1].close()
+                del _OPEN[key]
+            _forget_oldest(key[1:])
+            kept = _open(self.path)
+            _OPEN[key] = kept
+        yield kept[1]
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
