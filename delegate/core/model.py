@@ -13,6 +13,8 @@ from typing import Any, NamedTuple
 from delegate.core.errors import IllegalTransition, InvalidJobId
 from delegate.core.ids import is_job_id
 
+SESSION_PREFIX = "dlg-"  # the tmux session of job ID is dlg-ID unless its submit named one
+
 RECORD_SCHEMA_VERSION = 1
 
 

@@ -31,6 +31,7 @@ from delegate.core.caps import (
 )
 from delegate.core.model import (
     EVENT_TARGET_STATE,
+    SESSION_PREFIX,
     EventType,
     Job,
     JobState,
@@ -41,7 +42,6 @@ from delegate.core.model import (
 )
 from delegate.core.timefmt import parse_timestamp, record_timestamp
 
-SESSION_PREFIX = "dlg-"
 DEFAULT_KEEP_FINISHED_S = 600.0
 
 # Reasons a job is failed for, as they appear in the record's `error`.

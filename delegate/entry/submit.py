@@ -18,7 +18,6 @@ from delegate.core.errors import DelegateError, say
 from delegate.entry.argv import parse_options
 from delegate.entry.output import event_printer, print_submitted
 from delegate.services.jobs.jobfile import merge_job_file
-from delegate.services.jobs.retry import follow_attempts
 from delegate.services.jobs.submit import (
     SubmitRequest,
     read_prompt,
@@ -125,6 +124,9 @@ def submit_one(
     else:
         result = submit(state, request, wait=waiting, emit=emit, note=say)
     if result.outcome is not None:  # a retried attempt: follow it to the final outcome
+        # services.jobs.retry, as the watcher: only a submit that followed its job loads it
+        from delegate.services.jobs.retry import follow_attempts
+
         result = follow_attempts(state, result, emit=emit, note=say)
     if result.queue_position is not None:
         print(

@@ -27,8 +27,7 @@ from delegate.config.budget import rate_limit_max_wait
 from delegate.config.logsetup import get_logger
 from delegate.config.profiles import profiles, read_config
 from delegate.core.errors import DelegateError, JobNotFound, UsageError
-from delegate.core.model import Job
-from delegate.core.policy import SESSION_PREFIX
+from delegate.core.model import SESSION_PREFIX, Job
 from delegate.core.retry import RETRY_KEY_PREFIX, attempt_label, next_attempt
 from delegate.core.timefmt import record_timestamp
 from delegate.services.jobs.submit import (

@@ -35,8 +35,7 @@ from delegate.core.errors import (
     UsageError,
     WaitInterrupted,
 )
-from delegate.core.model import Job, JobState, SessionState, validate_job_id
-from delegate.core.policy import SESSION_PREFIX
+from delegate.core.model import SESSION_PREFIX, Job, JobState, SessionState, validate_job_id
 from delegate.core.retry import check_on_interrupt, retry_rule
 from delegate.services import worktrees
 from delegate.services.jobs import agent_env, mcp_config
@@ -52,9 +51,12 @@ from delegate.services.jobs.launch import (
     tmux_for,
 )
 from delegate.services.jobs.register import register_job
-from delegate.services.jobs.watch import Watcher, WatchOutcome
 from delegate.services.ps import waiting_reasons
 from delegate.services.state import State
+
+TYPE_CHECKING = False  # the watcher's module: only what follows a job loads it (_watcher)
+if TYPE_CHECKING:
+    from delegate.services.jobs.watch import Watcher, WatchOutcome
 
 SKILL_FILE = Path(__file__).resolve().parents[3] / "skills" / "delegate-job" / "SKILL.md"
 __all__ = ["SESSION_PREFIX", "SubmitRequest", "SubmitResult", "cancel", "inventory", "submit"]
@@ -133,7 +135,7 @@ class SubmitRequest(NamedTuple):
 class SubmitResult(NamedTuple):
     job: Job
     created: bool
-    outcome: WatchOutcome | None = None
+    outcome: "WatchOutcome | None" = None
     queue_position: int | None = None
     waiting_for: str | None = None  # a queued job: why it has not started
 
@@ -559,9 +561,7 @@ def _follow_and_start(
     watcher: Watcher | None = None
     try:
         if wait:
-            watcher = Watcher(
-                state, job.job_id, emit=emit, supervise=True, actor="submit", note=note
-            )
+            watcher = _watcher(state, job.job_id, emit=emit, actor="submit", note=note)
         else:
             start_detached_supervisor(state, job.job_id)
         start()
@@ -575,7 +575,23 @@ def _follow_and_start(
     return SubmitResult(state.registry.get(job.job_id), True, _wait_for(state, watcher))
 
 
-def _wait_for(state: State, watcher: Watcher) -> WatchOutcome:
+def _watcher(
+    state: State,
+    job_id: str,
+    *,
+    emit: Callable[[dict[str, Any]], None],
+    actor: str,
+    note: Callable[[str], None] = lambda text: None,
+) -> "Watcher":
+    """A supervising watcher of the job, subscribed from now."""
+    # services.jobs.watch brings the reconciler and its policy (~15 ms of dataclasses to build):
+    # only what follows a job loads it; `submit --no-wait` hands that to its supervisor
+    from delegate.services.jobs.watch import Watcher
+
+    return Watcher(state, job_id, emit=emit, supervise=True, actor=actor, note=note)
+
+
+def _wait_for(state: State, watcher: "Watcher") -> "WatchOutcome":
     """Follow the job to its end. Ctrl-C stops the waiting, not the job: a detached
     supervisor takes over its deadlines, queue place and session, and WaitInterrupted says
     how to follow or stop it."""
@@ -597,7 +613,7 @@ def follow_existing(
 ) -> SubmitResult:
     outcome = None
     if wait:
-        watcher = Watcher(state, job.job_id, emit=emit, supervise=True, actor="submit", note=note)
+        watcher = _watcher(state, job.job_id, emit=emit, actor="submit", note=note)
         outcome = _wait_for(state, watcher)
     return SubmitResult(state.registry.get(job.job_id), False, outcome)
 
@@ -608,9 +624,9 @@ def supervise(
     *,
     emit: Callable[[dict[str, Any]], None],
     on_ready: Callable[[], None] = lambda: None,
-) -> WatchOutcome:
+) -> "WatchOutcome":
     """The detached supervisor: a supervising watcher that outlives the terminal."""
-    watcher = Watcher(state, job_id, emit=emit, supervise=True, actor="supervisor")
+    watcher = _watcher(state, job_id, emit=emit, actor="supervisor")
     try:
         on_ready()
     except BaseException:
