@@ -12,16 +12,18 @@ from delegate.core.errors import ConfigError
 def read_toml(path: Path, where: str = "", *, missing_ok: bool = False) -> dict[str, Any]:
     """The tables of `path` ({} for a missing file when `missing_ok`); ConfigError, its message
     prefixed with `where: ` when given, when it cannot be read or is not TOML."""
-    # tomllib (and the re and datetime it imports) costs milliseconds; only a read pays it.
-    import tomllib
-
     prefix = f"{where}: " if where else ""
     try:
-        return tomllib.loads(path.read_bytes().decode("utf-8"))  # as tomllib.load reads
+        data = path.read_bytes()  # as tomllib.load reads
     except OSError as exc:
         if missing_ok and isinstance(exc, FileNotFoundError):
-            return {}
+            return {}  # (most state dirs have no delegate.toml: no parser loaded for it)
         raise ConfigError(f"{prefix}cannot read {path}: {exc.strerror}") from None
+    # tomllib (and the re and datetime it imports) costs milliseconds; only a file read pays it
+    import tomllib
+
+    try:
+        return tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{prefix}{path}: {exc}") from None
 
