@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from delegate.adapters.bus import keeps_history
 from delegate.adapters.fsio import atomic_write
 from delegate.adapters.groups import GroupBook
 from delegate.adapters.tmux import Tmux, TmuxUnreachable, validate_session_name
@@ -555,14 +556,19 @@ def _follow_and_start(
     failure: str,
     note: Callable[[str], None],
 ) -> SubmitResult:
-    """Start following the job (a watcher subscribed on construction, before the agent can say
-    anything, or a detached supervisor that returns once subscribed), then `start` it: launch
-    it here, or assign it to its host. A start that fails ends the job `failure`."""
+    """Start following the job, then `start` it: launch it here, or assign it to its host. A
+    start that fails ends the job `failure`.
+
+    Followed by a watcher (when waited for) or a detached supervisor that returns at once. Either
+    is subscribed before the agent can say anything, except a watcher on a bus that keeps every
+    event for a late subscriber (SQLite): that one is made once the job is launched, while its
+    wrapper starts up."""
+    late = wait and keeps_history(state.bus_url_for(job))
     watcher: Watcher | None = None
     try:
-        if wait:
+        if wait and not late:
             watcher = _watcher(state, job.job_id, emit=emit, actor="submit", note=note)
-        else:
+        elif not wait:
             start_detached_supervisor(state, job.job_id)
         start()
     except BaseException as exc:
@@ -570,6 +576,13 @@ def _follow_and_start(
             watcher.close()
         _end_unstarted(state, job.job_id, failure, exc)
         raise
+    if late:
+        try:
+            watcher = _watcher(state, job.job_id, emit=emit, actor="submit", note=note)
+        except BaseException:
+            # the job runs: a detached supervisor takes it over, as after a Ctrl-C
+            start_detached_supervisor(state, job.job_id)
+            raise
     if watcher is None:
         return SubmitResult(state.registry.get(job.job_id), True, None)
     return SubmitResult(state.registry.get(job.job_id), True, _wait_for(state, watcher))
