@@ -226,9 +226,23 @@ def test_the_fast_submit_parser_matches_the_typer_command():
     assert set(fastsubmit.FLAG_NAMES) == {
         names[o] for o in fastsubmit.SUBMIT_OPTIONS if o not in ("--no-mcp", "--json")
     }
+    # the short options, as typer takes them; an option's value is never read as an option
+    short = fastsubmit.parse_submit_args(["-a", "shell", "-p", "-f", "-C", "/w", "-w", "-g", "g"])
+    assert short is not None
+    assert (short[0]["agent"], short[0]["prompt"], short[0]["workdir"]) == (
+        "shell",
+        "-f",
+        Path("/w"),
+    )
+    assert short[0]["wait"] is True and short[0]["group"] == "g" and short[0]["prompt_file"] is None
+    for spelled in command.params:
+        for opt in spelled.opts:
+            if not opt.startswith("--") and spelled.name != "fan_out":
+                assert fastsubmit.SHORT[opt] in spelled.opts, opt
     for to_typer in (
         ["--agent", "a", "--agent", "b"],
-        ["-p", "x"],
+        ["-a", "a", "--agent", "b"],
+        ["-wa", "x"],
         ["x"],
         ["--from-file", "f.toml"],
         ["--fan-out", "2"],

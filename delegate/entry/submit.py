@@ -3,9 +3,9 @@
 Scripts and cron lines submit often, and typer with click costs more than everything a
 `submit --no-wait` does. This path reads the options of the typer command (`cli/submit.py`,
 whose help is the reference) and runs the very code that command runs after parsing
-(`submit_one`). It leaves to typer what it does not take: `--help`, short options, a job file
-(`--from-file`), a fan-out (`--fan-out`, several `--agent`), any positional argument, and any
-value it cannot read (typer says why).
+(`submit_one`). It leaves to typer what it does not take: `--help`, combined short options,
+a job file (`--from-file`), a fan-out (`--fan-out`, several `--agent`), any positional
+argument, and any value it cannot read (typer says why).
 """
 
 from __future__ import annotations
@@ -73,9 +73,42 @@ FLAG_NAMES = [
 ]
 
 
+SHORT = {
+    "-a": "--agent",
+    "-p": "--prompt",
+    "-f": "--prompt-file",
+    "-C": "--workdir",
+    "-s": "--session",
+    "-w": "--wait",
+    "-g": "--group",
+}
+
+
+def _long_options(argv: list[str]) -> list[str] | None:
+    """`argv` with the typer command's short options spelled long (an option's value is left
+    as it is, even `-p`), or None when it holds a short option of another kind (`-wa`)."""
+    spelled: list[str] = []
+    rest = iter(argv)
+    for arg in rest:
+        if arg in SHORT:
+            arg = SHORT[arg]
+        elif arg.startswith("-") and not arg.startswith("--") and arg != "-":
+            return None
+        spelled.append(arg)
+        if SUBMIT_OPTIONS.get(arg):  # its value, whatever it looks like
+            value = next(rest, None)
+            if value is not None:  # (none: parse_options says it needs one)
+                spelled.append(value)
+    return spelled
+
+
 def parse_submit_args(argv: list[str]) -> tuple[dict[str, Any], bool, bool] | None:
     """(the typer command's flags, --no-mcp, --json) of a `submit` this path answers, or None
     when typer should."""
+    spelled = _long_options(argv)
+    if spelled is None:
+        return None
+    argv = spelled
     if argv.count("--agent") + sum(a.startswith("--agent=") for a in argv) > 1:
         return None  # several agents: a fan-out
     try:
