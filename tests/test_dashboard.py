@@ -21,6 +21,7 @@ import pytest
 from delegate.adapters.tmux import Tmux
 from delegate.core.model import JobState
 from delegate.runtime.dashboard import snapshot
+from delegate.services import worktrees
 from delegate.services.jobs.approvals import operator, waiting_requests
 from delegate.services.jobs.register import register_job
 from delegate.services.state import State
@@ -257,6 +258,10 @@ def test_detail_approves_denies_retries_and_shows_a_worktree_diff(
             assert page.query_selector("#detail b") is None  # escaped, never markup
             cut = snapshot.worktree_diff(state, state.registry.get(asker), limit=20)
             assert cut["truncated"] and len(cut["patch"]) == 20  # bounded in size
+            # one git run gives what `delegate diff --stat` and `delegate diff` give apart
+            whole = snapshot.worktree_diff(state, state.registry.get(asker))
+            apart = [worktrees.diff(state, asker, o, color=False) for o in (["--stat"], [])]
+            assert [whole["stat"].encode(), whole["patch"].encode()] == apart
             shot = tmp_path / "dashboard-approve-diff-1280px.png"
             page.screenshot(path=str(shot))
             save_artifact(shot)

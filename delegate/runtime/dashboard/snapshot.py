@@ -138,10 +138,12 @@ def worktree_diff(state: State, job: Job, limit: int = DIFF_LIMIT) -> dict[str, 
     """A worktree job's changes as `delegate diff --stat` and `delegate diff` print them
     (without colour), the patch cut at `limit` characters; `note` says why there is none."""
     try:
-        stat = worktrees.diff(state, job.job_id, ["--stat"], color=False)
-        patch = worktrees.diff(state, job.job_id, [], color=False)
+        # one git run for both: the stat, a blank line, then the patch
+        both = worktrees.diff(state, job.job_id, ["--stat", "--patch"], color=False)
     except DelegateError as exc:
         return {"stat": "", "patch": "", "truncated": False, "note": str(exc)}
+    cut = both.find(b"\n\ndiff --git ")
+    stat, patch = (both, b"") if cut < 0 else (both[: cut + 1], both[cut + 2 :])
     text = patch.decode("utf-8", "replace")
     return {
         "stat": stat.decode("utf-8", "replace"),
