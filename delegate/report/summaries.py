@@ -23,10 +23,13 @@ from typing import Any, NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from delegate.adapters.fsio import atomic_write
+from delegate.report import local_lines
 from delegate.report.figures import (
     LINE_SCHEMA,
+    local_frame,
     log_summary,
     parse_lines,
     read_raw,
@@ -60,6 +63,12 @@ def log_files(logs: Path) -> dict[str, LogFile]:
     return found
 
 
+def small_history(logs: Path) -> bool:
+    """Whether the logs are few enough megabytes to read in Python and compute as a tiny job
+    (local_lines.SMALL_BYTES)."""
+    return sum(log.size for log in log_files(logs).values()) <= local_lines.SMALL_BYTES
+
+
 def _manifest(store: Path) -> dict[str, Any] | None:
     try:
         data = json.loads((store / MANIFEST).read_text())
@@ -76,9 +85,16 @@ def _unchanged(entry: Any, log: LogFile) -> bool:
     return ok and entry[:2] == [log.size, log.mtime_ns]
 
 
-def _read_logs(spark: SparkSession, paths: list[str]) -> tuple[DataFrame, dict[str, list[int]]]:
-    """The usable lines of `paths`, and per job folder: [malformed lines, lines of another job]."""
-    raw = read_raw(spark, paths)
+def _read_logs(spark: SparkSession, logs: list[LogFile]) -> tuple[DataFrame, dict[str, list[int]]]:
+    """The usable lines of `logs`, and per job folder: [malformed lines, lines of another job].
+    A few megabytes are read in Python (report.local_lines) when every line's reading is
+    certain; otherwise, and for more, Spark's reader reads them."""
+    if sum(log.size for log in logs) <= local_lines.SMALL_BYTES:
+        found = local_lines.read(log.path for log in logs)
+        if found is not None:
+            lines = local_frame(spark, found.rows, LINE_SCHEMA)
+            return lines.withColumn("t", F.to_timestamp("ts")).cache(), found.counts
+    raw = read_raw(spark, [str(log.path) for log in logs])
     lines, _ = parse_lines(raw)
     counts = (
         raw.withColumn("t", F.to_timestamp("ts"))
@@ -104,9 +120,7 @@ def summarize(spark: SparkSession, logs: Path, store: Path) -> Summaries:
     manifest = _manifest(store)
     kept = manifest["files"] if manifest else {}
     changed = [key for key, log in files.items() if not _unchanged(kept.get(key), log)]
-    fresh, counts = (
-        _read_logs(spark, [str(files[key].path) for key in changed]) if changed else (None, {})
-    )
+    fresh, counts = _read_logs(spark, [files[key] for key in changed]) if changed else (None, {})
     if manifest is not None and any(foreign for _, foreign in counts.values()):
         (store / MANIFEST).unlink(missing_ok=True)  # some log holds another job's lines
         return summarize(spark, logs, store)
@@ -116,7 +130,7 @@ def summarize(spark: SparkSession, logs: Path, store: Path) -> Summaries:
     parts = []
     if manifest is not None:
         stale = changed + [key for key in kept if key not in files]  # re-read, or gone
-        old = spark.read.parquet(str(store / manifest["generation"]))
+        old = _read_generation(spark, store, manifest)
         parts.append(old.filter(~F.col("job_id").isin(stale)) if stale else old)
     if fresh is not None:
         parts.append(log_summary(fresh))
@@ -132,6 +146,15 @@ def summarize(spark: SparkSession, logs: Path, store: Path) -> Summaries:
     return Summaries(frame, total, changed)
 
 
+def _read_generation(spark: SparkSession, store: Path, manifest: dict[str, Any]) -> DataFrame:
+    """The kept summaries; with the schema the manifest records, Spark need not run a job to
+    read it from the Parquet footers."""
+    reader = spark.read
+    if isinstance(manifest.get("schema"), str):
+        reader = reader.schema(StructType.fromJson(json.loads(manifest["schema"])))
+    return reader.parquet(str(store / manifest["generation"]))
+
+
 def _keep(
     spark: SparkSession,
     frame: DataFrame,
@@ -140,7 +163,8 @@ def _keep(
     malformed: dict[str, int],
     manifest: dict[str, Any] | None,
 ) -> DataFrame:
-    """Write `frame` as a new generation, record it, and return it read back from there."""
+    """Write `frame` as a new generation, record it, and return it, cached as it was written
+    (the report's tables are computed from it next)."""
     generation = f"summaries-{time.time_ns()}"
     try:
         store.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -148,15 +172,17 @@ def _keep(
         return frame  # a store we cannot write: this report is right, the next reads it all
     if not os.access(store, os.W_OK):
         return frame
+    frame = frame.cache()
     frame.coalesce(1).write.parquet(str(store / generation))
     record = {
         "version": VERSION,
         "generation": generation,
+        "schema": frame.schema.json(),
         "files": {k: [f.size, f.mtime_ns, malformed[k]] for k, f in files.items()},
     }
     atomic_write(store / MANIFEST, json.dumps(record).encode(), mode=0o600)
     _forget_old(store, keep={generation, manifest["generation"] if manifest else ""})
-    return spark.read.parquet(str(store / generation))
+    return frame
 
 
 def _forget_old(store: Path, keep: set[str], age_s: float = 3600) -> None:

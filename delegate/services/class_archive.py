@@ -7,10 +7,11 @@ into an archive (`-XX:ArchiveClassesAtExit`) and map it at the next start
 
 The archive belongs to one Java and one PySpark (the jars on the JVM's class path), so it lives
 in the Python environment they run in (`<sys.prefix>/share/delegate/`), named by the Java
-binary and the PySpark version. A report that finds none starts it being made in the
-background (`runtime/class_archive`: a small report on generated logs, whose JVM dumps what it
-loaded), once at a time, and goes on as before; `make` makes it at install. An archive the JVM
-cannot use (another Java) is ignored by the JVM itself, and its messages are switched off.
+binary, the PySpark version and the RECIPE of the report's Spark jobs. A report that finds
+none starts it being made in the background (`runtime/class_archive`: a small report on
+generated logs, whose JVM dumps what it loaded), once at a time, and goes on as before; `make`
+makes it at install. An archive the JVM cannot use (another Java) is ignored by the JVM
+itself, and its messages are switched off.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ from delegate.adapters.tmux import alive
 ARCHIVE_DIR = Path(sys.prefix) / "share" / "delegate"
 QUIET = "-Xlog:cds*=off"  # an unusable or half-dumped archive is not the person's business
 BUILDER = "delegate.runtime.class_archive"
+# The classes a report loads depend on how it runs its Spark jobs: when that changes (2: tiny
+# histories read in Python and run with interpreted expressions, report.figures.TINY_INPUT), a
+# new archive is made, as the old one lacks the classes the report now loads.
+RECIPE = 2
 
 
 def archive_for(java: str) -> Path:
@@ -34,7 +39,8 @@ def archive_for(java: str) -> Path:
 
     real = os.path.realpath(java)
     made = os.stat(real).st_mtime_ns
-    key = hashlib.sha256(f"{real}|{made}|{pyspark.__version__}".encode()).hexdigest()[:12]
+    key = f"{real}|{made}|{pyspark.__version__}|{RECIPE}"
+    key = hashlib.sha256(key.encode()).hexdigest()[:12]
     return ARCHIVE_DIR / f"spark-{key}.jsa"
 
 

@@ -202,11 +202,14 @@ def _run(
         frames_from_summary,
         read_ndjson,
         read_status,
+        tune_for_tiny_input,
     )
     from delegate.report.output import write  # pyspark (through report.figures): as above
-    from delegate.report.summaries import summarize  # pyspark: as above
+    from delegate.report.summaries import small_history, summarize  # pyspark: as above
 
     generated_at = datetime.now(UTC)
+    if local and small_history(Path(logs)):
+        tune_for_tiny_input(spark)
     compacted = compaction.compact(spark, logs, store) if compact else None
     status = read_status(spark, f"{logs.rstrip('/')}/*/status.json")
     if local:  # only the logs changed since the last report are read (report.summaries)
