@@ -37,10 +37,7 @@ def print_submitted(result: Any, as_json: bool) -> int:
         say_outcome(state, result.job.job_id)
         print(f"audit log: {state.audit.events_path(result.job.job_id)}", file=sys.stderr)
         return int(result.outcome.exit_code)
-    if as_json:
-        print_json(result.job.public_dict())
-    else:
-        print(result.job.job_id)
+    print_job(result.job, as_json)
     return 0
 
 
