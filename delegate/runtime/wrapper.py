@@ -16,6 +16,7 @@ naming the signal.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pwd
 import shutil
@@ -438,9 +439,11 @@ def _run_agent(
     as_user: dict[str, Any] = {}
     if identity is not None:
         as_user = {"user": identity.uid, "group": identity.gid, "extra_groups": []}
+    on_terminal = stdin_spec is None and _terminal_or_devnull() is None
     try:
-        agent = subprocess.Popen(
+        agent = _start_agent(
             argv,
+            on_terminal=on_terminal,
             cwd=workdir,
             env=env,
             stdin=stdin_spec,
@@ -453,7 +456,8 @@ def _run_agent(
         report(state, job_id, "error", detail=f"agent could not start: {exc.strerror}")
         return 127
     relay.attach(agent.pid)
-    _give_terminal(agent.pid)
+    if not on_terminal:  # (one that reads the terminal was given it before it began)
+        _give_terminal(agent.pid)
     threads = []
     if agent.stdin is not None:
         prompt = prompt_path.read_bytes() if prompt_path.is_file() else b""
@@ -504,14 +508,43 @@ def _terminal_or_devnull() -> int | None:
         return subprocess.DEVNULL
 
 
+# An agent that reads the pane's terminal starts held (stopped) until its process group is the
+# terminal's foreground group: a read before that fails at once (EIO) or stops it (SIGTTIN),
+# and on a busy machine an agent may read before the wrapper has handed the terminal over.
+HOLD_UNTIL_FOREGROUND = ("/bin/sh", "-c", 'kill -STOP "$$" && exec "$@"', "delegate-agent")
+
+
+def _start_agent(argv: list[str], *, on_terminal: bool, **popen: Any) -> subprocess.Popen[bytes]:
+    """Start the agent; one that reads the terminal gets it before its command begins (a shell
+    that stops itself, is given the terminal and continued, then becomes the agent by exec).
+    OSError when its command cannot be found, as a direct start would say."""
+    if not on_terminal:
+        return subprocess.Popen(argv, **popen)
+    if shutil.which(argv[0], path=popen["env"].get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
+    agent = subprocess.Popen([*HOLD_UNTIL_FOREGROUND, *argv], **popen)
+    try:  # (WNOWAIT: an exit stays for agent.wait() to read)
+        held = os.waitid(os.P_PID, agent.pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
+    except ChildProcessError:
+        return agent
+    if held is not None and held.si_code == os.CLD_STOPPED:
+        _give_terminal(agent.pid)  # and SIGCONT: it goes on, in the foreground
+    return agent
+
+
 def _give_terminal(pgid: int) -> None:
     """Make the agent's group the pane terminal's foreground group, so an agent that reads its
     terminal (what `delegate send` types) is not stopped by SIGTTIN, and keys like C-c reach
-    it. The wrapper keeps writing to the terminal from the background (no TOSTOP)."""
+    it. The wrapper keeps writing to the terminal from the background (no TOSTOP).
+
+    An agent that read its terminal before this (its own group, still in the background) was
+    stopped by SIGTTIN: SIGCONT lets it read again, now in the foreground."""
     with contextlib.suppress(OSError, ValueError):
         fd = sys.stdin.fileno()
         if os.isatty(fd):
             os.tcsetpgrp(fd, pgid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGCONT)
 
 
 def _kill_group(pgid: int) -> None:
