@@ -17,6 +17,7 @@ from pathlib import Path
 from delegate.adapters.sessions_db import SessionInventory
 from delegate.adapters.tmux import Tmux, alive, processes_of_job
 from delegate.core.model import JobState, SessionState
+from delegate.core.retry import PANE_VANISHED
 from delegate.core.timefmt import parse_timestamp
 from delegate.services.state import State
 
@@ -267,9 +268,12 @@ def test_a_simulated_reboot_leaves_nothing_open(home: Path, tmux_env, tmp_path: 
 
     for job_id in running:
         job = state.registry.get(job_id)
-        # tmux_gone, unless a wrapper heard the hangup before its own SIGKILL and said so
+        # tmux_gone, unless a wrapper heard the hangup before its own SIGKILL and said so, or a
+        # tmux server answered on the socket without the job's session (seen once in ~15 CI
+        # runs, cause not found: the evidence below says what the monitor saw)
         assert job.status is JobState.ERROR, job
-        assert job.error == "tmux_gone" or "SIGHUP" in (job.error or ""), job.error
+        seen = [a for a in actions if a.get("job_id") == job_id]
+        assert job.error in ("tmux_gone", PANE_VANISHED) or "SIGHUP" in (job.error or ""), seen
         assert session_of(home, job_id).state is SessionState.TERMINATED
     launched = {a["job_id"] for a in actions if a["action"] == "launch_job"}
     assert launched == {orphaned.job_id, waiting}
