@@ -235,6 +235,8 @@ def test_the_fast_submit_parser_matches_the_typer_command():
         Path("/w"),
     )
     assert short[0]["wait"] is True and short[0]["group"] == "g" and short[0]["prompt_file"] is None
+    as_text = fastsubmit.parse_submit_args(["--cmd", "x", "--no-wait", "--prompt", "--wait"])
+    assert as_text is not None and as_text[0]["prompt"] == "--wait" and as_text[0]["wait"] is False
     for spelled in command.params:
         for opt in spelled.opts:
             if not opt.startswith("--") and spelled.name != "fan_out":

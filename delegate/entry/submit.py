@@ -131,10 +131,13 @@ def _flags(argv: list[str], values: dict[str, str | bool]) -> dict[str, Any]:
             flags[_FLOATS[option]] = float(str(value))
         elif option in _INTS:
             flags[_INTS[option]] = int(str(value))
-    for arg in argv:  # of --wait/--no-wait (and the worktree pair), the last one given wins
+    taken = iter(argv)
+    for arg in taken:  # of --wait/--no-wait (and the worktree pair), the last one given wins
         if arg in _FLAGS:
             name, on = _FLAGS[arg]
             flags[name] = on
+        elif SUBMIT_OPTIONS.get(arg):
+            next(taken, None)  # its value, never a flag (`--prompt --wait`)
     if flags["agent"] is not None:
         flags["agent"] = str(flags["agent"])
     return flags
