@@ -130,6 +130,9 @@ class LiveTable:
         self._note: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # tmux is asked on a thread of its own, so that no event waits behind a slow answer
+        self._tmux_wanted = threading.Event()
+        self._tmux_thread: threading.Thread | None = None
         self.version = 0
         # what the rows were built from (touched only by the thread that keeps them)
         self._jobs: dict[str, Job] = {}  # listed job id -> its record as last read
@@ -146,7 +149,6 @@ class LiveTable:
         self._settling = False  # the registry moved at the last look: look again once
         self._synced_at = 0.0
         self._context: ps.RowContext | None = None
-        self._tmux_at = 0.0
 
     # --- what listeners see ------------------------------------------------------------------
 
@@ -178,12 +180,16 @@ class LiveTable:
             target=self._run, args=(ready,), name="dashboard-live", daemon=True
         )
         self._thread.start()
+        self._tmux_thread = threading.Thread(target=self._ask_tmux, name="live-tmux", daemon=True)
+        self._tmux_thread.start()
         ready.wait(5)
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
+        self._tmux_wanted.set()
+        for thread in (self._thread, self._tmux_thread):
+            if thread is not None:
+                thread.join(timeout=2)
 
     def _run(self, ready: threading.Event) -> None:
         # every job's events from now on (what came before is in the first table), on a
@@ -206,10 +212,8 @@ class LiveTable:
                     new = [h for h in heard if h.job_id not in self._jobs]
                     self._apply_heard(known)
                     if self._registry_due():
-                        self._sync_registry()
+                        self._sync_registry(tmux_now=False)
                     self._apply_heard(new)
-                    if time.monotonic() - self._tmux_at >= TMUX_REFRESH_S:
-                        self._refresh_tmux()
             except DelegateError as exc:  # a bus or registry hiccup: say so, keep serving
                 log.warning("dashboard: live table not refreshed: %s", exc)
                 time.sleep(WAIT_S)
@@ -282,61 +286,72 @@ class LiveTable:
             for job in open_jobs + ended:
                 self._read_events(job.job_id)
             self._context = ps.row_context(self.state, open_jobs + ended)
-            self._tmux_at = time.monotonic()
             self._publish(list(self._jobs), self._context.tmux.note)
 
     def refresh(self) -> None:
         """Bring the table up to the registry now (after an action of this process's own)."""
         with self._busy:
             self._registry_moved()
-            self._sync_registry()
+            self._sync_registry(tmux_now=True)
 
     def _read_events(self, job_id: str) -> None:
         self._event_sizes[job_id] = _size(self.state.audit.events_path(job_id))
         self._events[job_id] = ps.last_event_detail(self.state, job_id)
 
-    def _sync_registry(self) -> None:
-        """Reload the records that changed since the table was built from them."""
+    def _sync_registry(self, *, tmux_now: bool) -> None:
+        """Reload the records that changed since the table was built from them; when one
+        arrived, left or changed state, ask tmux again: now (`tmux_now`), or on its thread."""
         changed = self._changed_records()
         if not changed:
             return
         moved = False  # a job arrived, left or changed state: the queue and tmux may differ
         gone = []
         for job_id in changed:
-            old = self._jobs.get(job_id)
-            try:
-                job = self.state.registry.get(job_id)
-            except DelegateError:
-                job = None
-            if job is None or not (job.status.terminal or job_id in self._open_seen):
+            reloaded = self._reload(job_id)
+            if reloaded is None:
                 gone.append(job_id)  # vanished, or open but out of the index: `ps` skips it
-                self._forget(job_id)
-                continue
-            self._jobs[job_id] = job
-            if old is None or old.status is not job.status:
-                # a record rewritten by a `progress` brings no event the bus does not (its log
-                # may be ahead of the bus: read now, it would pass over an event not yet shown);
-                # a log grown without the bus is read on the tmux rhythm
-                self._read_events(job_id)
-            if job.status.terminal:
-                self._open_seen.pop(job_id, None)
-                self._event_sizes.pop(job_id, None)
-                if job_id in self._ended:
-                    self._ended.remove(job_id)
-                self._ended.append(job_id)
-            moved = moved or old is None or old.status is not job.status
-            self._watch_link(job)
+            moved = moved or reloaded is not False
         gone += self._trim_ended()
         if moved or gone:
             self._refresh_queue()
             # the changed rows at once, from the tmux facts as last asked (a new job's LIVE
             # reads "-" for that moment): asking tmux takes 10-200 ms on a busy machine
             self._publish(sorted(changed & self._jobs.keys()), self._note)
-            self._refresh_tmux()  # every row again, with the new facts
+            if tmux_now:
+                self._refresh_tmux()  # every row again, with the new facts
+            else:
+                self._tmux_wanted.set()
         else:
             self._publish(sorted(changed & self._jobs.keys()), self._note)
         if gone:
             self._publish([], self._note, removed=gone)
+
+    def _reload(self, job_id: str) -> bool | None:
+        """Read one changed record again: None when it is to leave the table, True when the
+        job arrived or changed state, False when only its record was rewritten."""
+        old = self._jobs.get(job_id)
+        try:
+            job = self.state.registry.get(job_id)
+        except DelegateError:
+            job = None
+        if job is None or not (job.status.terminal or job_id in self._open_seen):
+            self._forget(job_id)
+            return None
+        self._jobs[job_id] = job
+        moved = old is None or old.status is not job.status
+        if moved:
+            # a record rewritten by a `progress` brings no event the bus does not (its log
+            # may be ahead of the bus: read now, it would pass over an event not yet shown);
+            # a log grown without the bus is read on the tmux rhythm
+            self._read_events(job_id)
+        if job.status.terminal:
+            self._open_seen.pop(job_id, None)
+            self._event_sizes.pop(job_id, None)
+            if job_id in self._ended:
+                self._ended.remove(job_id)
+            self._ended.append(job_id)
+        self._watch_link(job)
+        return moved
 
     def _changed_records(self) -> set[str]:
         """Open jobs whose record is new or rewritten, jobs that left the open index, and the
@@ -423,14 +438,33 @@ class LiveTable:
             waiting=ps.waiting_reasons(self.state, open_jobs, open_jobs),
         )
 
+    def _ask_tmux(self) -> None:
+        """The tmux thread: ask tmux on its rhythm, or at once when the jobs moved, without
+        holding the rows while it answers; then redo the rows with its facts."""
+        while not self._stop.is_set():
+            self._tmux_wanted.wait(TMUX_REFRESH_S)
+            self._tmux_wanted.clear()  # (a move from now on asks again)
+            if self._stop.is_set():
+                return
+            with self._busy:
+                jobs = list(self._jobs.values())
+            try:
+                facts = ps.tmux_facts(self.state, jobs)
+            except DelegateError as exc:
+                log.warning("dashboard: tmux not asked: %s", exc)
+                continue
+            with self._busy:
+                self._apply_tmux(facts)
+
     def _refresh_tmux(self) -> None:
-        """Ask tmux again and redo every row with its facts (and any event a bus did not
-        bring: an events file that grew)."""
+        """Ask tmux again now and redo every row with its facts."""
+        self._apply_tmux(ps.tmux_facts(self.state, list(self._jobs.values())))
+
+    def _apply_tmux(self, facts: ps.TmuxFacts) -> None:
+        """Every row again with tmux's `facts` (and any event a bus did not bring: an events
+        file that grew)."""
         assert self._context is not None
-        jobs = list(self._jobs.values())
-        facts = ps.tmux_facts(self.state, jobs)
         self._context = self._context._replace(now=datetime.now(UTC), tmux=facts)
-        self._tmux_at = time.monotonic()
         for job_id in list(self._event_sizes):
             if _size(self.state.audit.events_path(job_id)) != self._event_sizes[job_id]:
                 self._read_events(job_id)
