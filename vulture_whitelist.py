@@ -31,6 +31,7 @@ PERMISSION_REQUIRED  # EventType: published by agents' hooks, read back by value
 pytest_plugins  # tests/conftest.py
 pytestmark
 _fresh_job_ids  # tests/bus_contract.py: an autouse fixture
+_stop_report_servers  # tests/conftest.py: an autouse fixture
 
 # textual reads these by name (runtime/top/app.py): class settings, handlers, key actions
 DEFAULT_CSS

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from delegate.services import warm_report
 from delegate.services.state import State
 
 
@@ -34,3 +35,16 @@ def spark():
     session.conf.set("spark.sql.shuffle.partitions", "2")
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _stop_report_servers(request: pytest.FixtureRequest):
+    """A report run by a test leaves its state dir's warm Spark waiting for the next one
+    (services/warm_report): stop the ones under the test's own tmp_path when it ends."""
+    yield
+    tmp_path = request.node.funcargs.get("tmp_path")
+    if tmp_path is None:
+        return
+    for analytics in (*tmp_path.glob("*/analytics"), *tmp_path.glob("*/*/analytics")):
+        if (analytics / warm_report.START_LOCK).exists():
+            warm_report.stop(analytics.parent)

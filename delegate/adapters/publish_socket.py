@@ -37,24 +37,25 @@ ATTEMPTS = 3
 _MAX_PATH = 100  # sun_path holds 108 bytes on Linux
 
 
-def socket_path(job_dir: Path, job_id: str) -> Path | None:
-    """Where the wrapper of `job_id` listens: its log folder, or a private temp folder when that
-    path is too long for a Unix socket. None when no safe place exists."""
+def socket_path(folder: Path, key: str, name: str = "publish.sock") -> Path | None:
+    """Where a private server listens: `folder/name` (for the wrapper of job `key`: its log
+    folder), or `key.sock` in a private temp folder when that path is too long for a Unix
+    socket. None when no safe place exists."""
     import tempfile  # tempfile, pathlib: the wrapper's side; the client stays light (see above)
     from pathlib import Path  # as tempfile
 
-    candidate = job_dir / "publish.sock"
+    candidate = folder / name
     if len(os.fsencode(candidate)) < _MAX_PATH:
         return candidate
-    folder = Path(tempfile.gettempdir()) / f"delegate-{os.getuid()}"
+    private = Path(tempfile.gettempdir()) / f"delegate-{os.getuid()}"
     try:
-        folder.mkdir(mode=0o700, exist_ok=True)
-        info = folder.stat()
+        private.mkdir(mode=0o700, exist_ok=True)
+        info = private.stat()
     except OSError:
         return None
     if info.st_uid != os.getuid() or (info.st_mode & 0o077):
         return None  # someone else's folder, or readable by others: do not use it
-    candidate = folder / f"{job_id}.sock"
+    candidate = private / f"{key}.sock"
     return candidate if len(os.fsencode(candidate)) < _MAX_PATH else None
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import sys
 
+from delegate.core.errors import ConfigError
+
 TYPE_CHECKING = False  # typing (and the re it imports) costs milliseconds on the fast paths
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -40,6 +42,7 @@ AGENT_MQTT_PASSWORD_ENV = "DELEGATE_AGENT_MQTT_PASSWORD"  # noqa: S105 - a varia
 TMUX_TMPDIR_ENV = "TMUX_TMPDIR"
 COLUMNS_ENV = "COLUMNS"
 JAVA_HOME_ENV = "JAVA_HOME"
+REPORT_WARM_ENV = "DELEGATE_REPORT_WARM_S"
 PATH_ENV = "PATH"
 # What an agent gets of its submitter's environment besides PATH (services/jobs/agent_env).
 AGENT_BASE_ENV = ("HOME", "USER", "LANG", "TERM", "TZ", "SHELL")
@@ -47,6 +50,7 @@ AGENT_BASE_ENV = ("HOME", "USER", "LANG", "TERM", "TZ", "SHELL")
 DEFAULT_LOG_LEVEL = "WARNING"
 DEFAULT_MQTT_PREFIX = "delegate"
 DEFAULT_TMUX_TMPDIR = "/tmp"  # noqa: S108 - where tmux itself looks
+DEFAULT_REPORT_WARM_S = 300.0
 
 
 class EnvVar:
@@ -127,6 +131,11 @@ ENV_VARS = (
     EnvVar(COLUMNS_ENV, "the terminal's width, else 80", "width of tables and help"),
     EnvVar(JAVA_HOME_ENV, "`java` on `PATH`", "the Java runtime `report` runs Spark with"),
     EnvVar(
+        REPORT_WARM_ENV,
+        f"`{DEFAULT_REPORT_WARM_S:g}`",
+        "seconds a report's Spark stays up, idle, for the next report; `0`: not at all",
+    ),
+    EnvVar(
         PATH_ENV,
         "",
         "the agent's PATH when its profile sets no `path`; where `report` finds `java`",
@@ -163,6 +172,21 @@ def state_home_text(env: Mapping[str, str]) -> str | None:
     xdg = env.get(XDG_STATE_ENV, "")
     base = xdg if os.path.isabs(xdg) else os.path.expanduser("~/.local/state")
     return os.path.join(os.getcwd(), base, "delegate")
+
+
+def warm_s(env: Mapping[str, str]) -> float:
+    """`$DELEGATE_REPORT_WARM_S` of `env`: how long a warm report server waits for the next
+    report (services/warm_report); ConfigError for what is no number of seconds."""
+    text = env.get(REPORT_WARM_ENV, "").strip()
+    if not text:
+        return DEFAULT_REPORT_WARM_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):  # NaN too
+        raise ConfigError(f"{REPORT_WARM_ENV}={text!r} is not a number of seconds (0 or more)")
+    return value
 
 
 def process_env() -> dict[str, str]:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from delegate.core.timefmt import human_timeout
-from delegate.report.figures import Report
+from delegate.report.common import Report
 
 TICK_STEPS = (1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
 FIGURE_SIZE = (7, 3)  # inches; the page scales the SVG to its column

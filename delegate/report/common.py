@@ -11,7 +11,19 @@ from datetime import date, datetime, tzinfo
 from typing import Any, NamedTuple
 
 from delegate.core.timefmt import RECORD_FORMAT, parse_iso, seconds_between
-from delegate.report.figures import Report
+
+
+class Report(NamedTuple):
+    """The report's tables as plain rows (report.figures computes them)."""
+
+    jobs: list[dict[str, Any]]
+    agents: list[dict[str, Any]]
+    sessions: list[dict[str, Any]]
+    days: list[dict[str, Any]]
+    totals: dict[str, Any]
+    resources: list[dict[str, Any]] = []  # noqa: RUF012 - a NamedTuple default, never mutated
+    failures: list[dict[str, Any]] = []  # noqa: RUF012 - a NamedTuple default, never mutated
+    groups: list[dict[str, Any]] = []  # noqa: RUF012 - per queue group (`--group`), as agents
 
 
 def plain(value: Any) -> Any:

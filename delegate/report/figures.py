@@ -29,7 +29,7 @@ import itertools
 import json
 from datetime import date
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -43,6 +43,7 @@ from pyspark.sql.types import (
 )
 
 from delegate.report import retries
+from delegate.report.common import Report
 
 TERMINAL = ("completed", "error", "cancelled")
 
@@ -110,9 +111,19 @@ TINY_INPUT = {
 
 
 def tune_for_tiny_input(spark: SparkSession) -> None:
-    """TINY_INPUT's settings, from now on in this session (one report per process)."""
+    """TINY_INPUT's settings, from now on in this session (until `tune_for_any_input`)."""
     for key, value in TINY_INPUT.items():
         spark.conf.set(key, value)
+
+
+def tune_for_any_input(spark: SparkSession) -> None:
+    """Back to SMALL_JOB's settings after TINY_INPUT's: a warm session (runtime/report_server)
+    runs many reports, and the next one's history may not be tiny."""
+    for key in TINY_INPUT:
+        if key in SMALL_JOB:
+            spark.conf.set(key, SMALL_JOB[key])
+        else:
+            spark.conf.unset(key)
 
 
 # One collector thread and no optimizing compiler: a report is over before either pays off.
@@ -238,17 +249,6 @@ def _value(name: str, value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return kind(value)
-
-
-class Report(NamedTuple):
-    jobs: list[dict[str, Any]]
-    agents: list[dict[str, Any]]
-    sessions: list[dict[str, Any]]
-    days: list[dict[str, Any]]
-    totals: dict[str, Any]
-    resources: list[dict[str, Any]] = []  # noqa: RUF012 - a NamedTuple default, never mutated
-    failures: list[dict[str, Any]] = []  # noqa: RUF012 - a NamedTuple default, never mutated
-    groups: list[dict[str, Any]] = []  # noqa: RUF012 - per queue group (`--group`), as agents
 
 
 def _seconds(later: Any, earlier: Any) -> Any:

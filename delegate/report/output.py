@@ -10,8 +10,7 @@ from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import Any
 
-from delegate.report.common import to_json
-from delegate.report.figures import Report
+from delegate.report.common import Report, to_json
 from delegate.report.page import to_html
 
 

@@ -18,6 +18,7 @@ from delegate.core.timefmt import human_duration
 from delegate.report.charts import charts
 from delegate.report.common import (
     Coverage,
+    Report,
     as_cost,
     as_count,
     as_rate,
@@ -31,7 +32,6 @@ from delegate.report.common import (
     summary,
     to_local,
 )
-from delegate.report.figures import Report
 
 STYLE_SHEET = Path(__file__).with_name("page.css")  # package data (pyproject package-data)
 

@@ -12,6 +12,7 @@ from delegate.adapters.terminal import Column, terminal_width
 from delegate.adapters.terminal import print_table as print_rows
 from delegate.core.timefmt import human_duration, local_time
 from delegate.report.common import (
+    Report,
     as_cost,
     as_count,
     as_rate,
@@ -23,7 +24,6 @@ from delegate.report.common import (
     sessions_shared,
     summary,
 )
-from delegate.report.figures import Report
 
 PIPED_WIDTH = 240  # a table written to a file or a pipe keeps its natural width up to this
 JOBS_AT_TERMINAL = 20

@@ -8,6 +8,7 @@ JVM's own warnings nor Spark's logging (which log4j2.properties keeps at errors 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -15,12 +16,14 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, date, datetime
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from delegate.config.settings import JAVA_HOME_ENV, PATH_ENV, settings
+from delegate.config.settings import JAVA_HOME_ENV, PATH_ENV, settings, warm_s
 from delegate.core.errors import DelegateError, UsageError
-from delegate.services import class_archive
+from delegate.report.common import Report
+from delegate.services import class_archive, warm_report
 from delegate.services.state import State
 
 FORMATS = ("table", "json", "parquet", "html")
@@ -37,12 +40,17 @@ class ReportResult(NamedTuple):
     generated_at: datetime | None = None
 
 
-def check_requirements(env: dict[str, str] | None = None) -> str:
-    """The Java binary Spark will run on; ReportUnavailable (one line) without it or PySpark."""
+def check_requirements(env: dict[str, str] | None = None, *, load_pyspark: bool = True) -> str:
+    """The Java binary Spark will run on; ReportUnavailable (one line) without it or PySpark.
+    `load_pyspark=False` only looks for PySpark (a warm server loads it: services/warm_report)."""
     env = settings().env if env is None else env
     try:
-        # pyspark: only tried here, so that a missing one is one clear line (module doc)
-        import pyspark  # noqa: F401
+        if not load_pyspark:
+            if find_spec("pyspark") is None:
+                raise ImportError("pyspark")
+        else:
+            # pyspark: only tried here, so that a missing one is one clear line (module doc)
+            import pyspark  # noqa: F401
     except ImportError:
         raise ReportUnavailable(
             "delegate report needs PySpark: pip install 'delegate[spark]' (make setup does it)"
@@ -124,6 +132,49 @@ def _spark_failed(exc: Exception, log: Path | None) -> DelegateError:
     return DelegateError(f"the Spark job failed: {first.strip()[:300]}{where}")
 
 
+class Plan(NamedTuple):
+    """What one report reads and writes, checked before Spark starts."""
+
+    logs: str  # a local folder (absolute) or a URI Spark reads
+    store: str  # where its compacted Parquet and per-job summaries are kept
+    local: bool
+    own: bool  # the logs are this state dir's (its coordination log is read too)
+    since_day: date | None
+    out: Path | None  # absolute
+    fmt: str
+    compact: bool
+
+
+def plan_report(
+    state: State,
+    *,
+    logs: str | None = None,
+    since: str | None = None,
+    out: Path | None = None,
+    fmt: str = "table",
+    compact: bool = False,
+) -> Plan:
+    """The report's Plan; UsageError (one line) for what cannot be read or written."""
+    if fmt not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
+    since_day = parse_since(since)
+    logs = logs or str(state.layout.logs)
+    local = _is_local(logs)
+    own = False
+    if local:
+        logs_path = Path(logs.removeprefix("file://")).expanduser().absolute()
+        if not logs_path.is_dir():
+            raise UsageError(f"--logs {logs_path} is not a folder")
+        logs = str(logs_path)
+        own = logs_path == state.layout.logs
+        store = str(state.layout.home / "analytics" if own else Path(f"{logs}-analytics"))
+    else:
+        store = f"{logs.rstrip('/')}-analytics"
+    if fmt != "table":
+        out = (out or Path("delegate-report")).expanduser().absolute()
+    return Plan(logs, store, local, own, since_day, out, fmt, compact)
+
+
 def run_report(
     state: State,
     *,
@@ -136,38 +187,63 @@ def run_report(
     verbose: bool = False,
     class_dump: Path | None = None,
 ) -> ReportResult:
+    """The report, computed by the warm Spark of this state dir (services/warm_report) when
+    one may be used: Spark's default local master, its log not asked for, and
+    `$DELEGATE_REPORT_WARM_S` not 0. Otherwise in this process (`run_in_process`)."""
+    plan = plan_report(state, logs=logs, since=since, out=out, fmt=fmt, compact=compact)
+    if master is None and not verbose and class_dump is None and warm_s(state.env) > 0:
+        check_requirements(dict(state.env), load_pyspark=False)
+        answer = warm_report.report(state, plan_to_wire(plan), spark_log(state))
+        if answer is not None:
+            return result_from_answer(answer)
+    return run_in_process(state, plan, master=master, verbose=verbose, class_dump=class_dump)
+
+
+def run_in_process(
+    state: State,
+    plan: Plan,
+    *,
+    master: str | None = None,
+    verbose: bool = False,
+    class_dump: Path | None = None,
+) -> ReportResult:
     """`class_dump`: the JVM writes its class archive there as it exits (runtime/class_archive
     makes one so); otherwise it starts from the archive when there is one (services/class_archive)
     and, when there is none, one is started being made for the next report."""
-    if fmt not in FORMATS:
-        raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
-    since_day = parse_since(since)
-    logs = logs or str(state.layout.logs)
-    local = _is_local(logs)
-    own = False  # the report reads this state dir's logs (and then its coordination log too)
-    if local:
-        logs_path = Path(logs.removeprefix("file://")).expanduser().absolute()
-        if not logs_path.is_dir():
-            raise UsageError(f"--logs {logs_path} is not a folder")
-        logs = str(logs_path)
-        own = logs_path == state.layout.logs
-        store = str(state.layout.home / "analytics" if own else Path(f"{logs}-analytics"))
-    else:
-        store = f"{logs.rstrip('/')}-analytics"
     java = check_requirements(dict(state.env))
+    log = None if verbose else spark_log(state)
+    with spark_failures(log):
+        spark = start_spark(java, master=master, verbose=verbose, log=log, class_dump=class_dump)
+        result = run_plan(spark, state, plan)
+        if class_dump is None:
+            class_archive.start_building(class_archive.archive_for(java), dict(state.env))
+        return result
+
+
+def start_spark(
+    java: str,
+    *,
+    master: str | None = None,
+    verbose: bool = False,
+    log: Path | None = None,
+    class_dump: Path | None = None,
+) -> Any:
+    """A SparkSession for reports, from the class archive of `java` when there is one; its JVM
+    writes to `log` (None: to this process's stderr), Spark's warnings too when `verbose`."""
     archive = class_archive.archive_for(java)
     classes = class_archive.dumping(class_dump) if class_dump else class_archive.using(archive)
 
-    from delegate.report.figures import spark_session  # pyspark: only once Spark can run (above)
+    from delegate.report.figures import spark_session  # pyspark: only once Spark can run
 
-    log = None if verbose else spark_log(state)
+    with jvm_stderr_to(log):
+        return spark_session(master, verbose=verbose, class_archive=classes)
+
+
+@contextmanager
+def spark_failures(log: Path | None) -> Iterator[None]:
+    """Spark's own failures (py4j, pyspark) as one DelegateError line naming Spark's log."""
     try:
-        with jvm_stderr_to(log):
-            spark = spark_session(master, verbose=verbose, class_archive=classes)
-        result = _run(spark, state, logs, store, local, own, since_day, out, fmt, compact)
-        if class_dump is None:
-            class_archive.start_building(archive, dict(state.env))  # for the next report
-        return result
+        yield
     except DelegateError:
         raise
     except Exception as exc:
@@ -180,19 +256,9 @@ def run_report(
         raise
 
 
-def _run(
-    spark: Any,
-    state: State,
-    logs: str,
-    store: str,
-    local: bool,
-    own: bool,
-    since_day: date | None,
-    out: Path | None,
-    fmt: str,
-    compact: bool,
-) -> ReportResult:
-    # delegate.report imports pyspark: only once Spark can run (see run_report)
+def run_plan(spark: Any, state: State, plan: Plan) -> ReportResult:
+    """Compute `plan`'s report with `spark` and write it where `plan` says."""
+    # delegate.report imports pyspark: only once Spark can run (see run_in_process)
     from delegate.report import compact as compaction
 
     # pyspark: as above
@@ -202,40 +268,135 @@ def _run(
         frames_from_summary,
         read_ndjson,
         read_status,
+        tune_for_any_input,
         tune_for_tiny_input,
     )
     from delegate.report.output import write  # pyspark (through report.figures): as above
     from delegate.report.summaries import small_history, summarize  # pyspark: as above
 
     generated_at = datetime.now(UTC)
-    if local and small_history(Path(logs)):
+    logs, store = plan.logs, plan.store
+    if plan.local and small_history(Path(logs)):
         tune_for_tiny_input(spark)
-    compacted = compaction.compact(spark, logs, store) if compact else None
+    else:
+        tune_for_any_input(spark)
+    compacted = compaction.compact(spark, logs, store) if plan.compact else None
     status = read_status(spark, f"{logs.rstrip('/')}/*/status.json")
-    if local:  # only the logs changed since the last report are read (report.summaries)
+    if plan.local:  # only the logs changed since the last report are read (report.summaries)
         summaries = summarize(spark, Path(logs), Path(store))
-        frames = frames_from_summary(summaries.frame, status, since=since_day)
+        frames = frames_from_summary(summaries.frame, status, since=plan.since_day)
         malformed = summaries.malformed
     else:
         if compaction.has_store(spark, logs, store):
             lines, malformed = compaction.read_store(spark, logs, store)
         else:
             lines, malformed = read_ndjson(spark, [f"{logs.rstrip('/')}/*/events.ndjson"])
-        frames = compute_frames(lines, status, since=since_day)
-    coordination = _coordination_events(state) if own else []
+        frames = compute_frames(lines, status, since=plan.since_day)
+    coordination = _coordination_events(state) if plan.own else []
     if coordination:
-        from delegate.report.figures import resource_frame  # pyspark: see run_report
+        from delegate.report.figures import resource_frame  # pyspark: see run_in_process
 
         frames["resources"] = resource_frame(spark, coordination)
     report = collect(frames, malformed=malformed)
     written: list[Path] = []
-    if fmt != "table":
-        written = write(
-            report,
-            frames,
-            fmt,
-            out or Path("delegate-report"),
-            logs=logs,
-            generated_at=generated_at,
-        )
+    if plan.fmt != "table":
+        assert plan.out is not None  # plan_report gives one for every written format
+        written = write(report, frames, plan.fmt, plan.out, logs=logs, generated_at=generated_at)
     return ReportResult(report, written, compacted, generated_at)
+
+
+# --- a report asked of the warm server (services/warm_report, runtime/report_server) ---------
+
+
+def plan_to_wire(plan: Plan) -> dict[str, Any]:
+    since, out = plan.since_day, plan.out
+    return {
+        **plan._asdict(),
+        "since_day": since.isoformat() if since else None,
+        "out": str(out) if out else None,
+    }
+
+
+def plan_from_wire(data: Any) -> Plan:
+    """A Plan from a request; UsageError when it is not one."""
+    if not isinstance(data, dict) or set(data) != set(Plan._fields):
+        raise UsageError("a report request needs exactly the fields of a plan")
+    texts = ("logs", "store", "fmt")
+    flags = ("local", "own", "compact")
+    if not all(isinstance(data[name], str) for name in texts) or data["fmt"] not in FORMATS:
+        raise UsageError("a report request's logs, store and format must be text")
+    if not all(isinstance(data[name], bool) for name in flags):
+        raise UsageError("a report request's local, own and compact must be true or false")
+    if not all(data[name] is None or isinstance(data[name], str) for name in ("since_day", "out")):
+        raise UsageError("a report request's since_day and out must be text or null")
+    out = Path(data["out"]) if data["out"] else None
+    if out is not None and not out.is_absolute():
+        raise UsageError("a report request's out must be an absolute path")
+    return Plan(
+        data["logs"],
+        data["store"],
+        data["local"],
+        data["own"],
+        parse_since(data["since_day"]),
+        out,
+        data["fmt"],
+        data["compact"],
+    )
+
+
+def _tagged(value: Any) -> Any:
+    """`value` for JSON, with its dates and datetimes tagged so that they come back as such."""
+    if isinstance(value, datetime):
+        return {"$datetime": value.isoformat()}
+    if isinstance(value, date):
+        return {"$date": value.isoformat()}
+    if isinstance(value, dict):
+        return {key: _tagged(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_tagged(item) for item in value]
+    return value
+
+
+def _untagged(value: Any) -> Any:
+    """`value` from JSON with its tagged dates and datetimes (`_tagged`) as such again."""
+    if isinstance(value, list):
+        return [_untagged(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1 and isinstance(value.get("$datetime"), str):
+        return datetime.fromisoformat(value["$datetime"])
+    if len(value) == 1 and isinstance(value.get("$date"), str):
+        return date.fromisoformat(value["$date"])
+    return {key: _untagged(item) for key, item in value.items()}
+
+
+def result_to_wire(result: ReportResult) -> str:
+    return json.dumps(
+        {
+            "ok": True,
+            "result": _tagged(
+                {
+                    "report": result.report._asdict(),
+                    "written": [str(path) for path in result.written],
+                    "compacted": result.compacted,
+                    "generated_at": result.generated_at,
+                }
+            ),
+        }
+    )
+
+
+def result_from_answer(answer: dict[str, Any]) -> ReportResult:
+    """The ReportResult of a server's answer; its DelegateError when it failed."""
+    if not answer.get("ok"):
+        error = DelegateError(str(answer.get("message") or "the warm report server failed"))
+        code = answer.get("exit_code")
+        error.exit_code = code if isinstance(code, int) and 0 < code < 256 else 4
+        raise error
+    result = _untagged(answer["result"])
+    return ReportResult(
+        Report(**result["report"]),
+        [Path(path) for path in result["written"]],
+        result["compacted"],
+        result["generated_at"],
+    )
