@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from delegate import version_line
@@ -9,6 +10,13 @@ from delegate.config import logsetup
 from delegate.core.errors import guarded
 
 LOCK_FAST = (["acquire"], ["renew"], ["release"], ["check"])
+# Fast paths whose process may end without the interpreter's teardown (see _exit_at_once):
+# they only read (`ps`), so nothing of theirs is left to flush, close or join at exit.
+EXIT_AT_ONCE = (["ps"],)
+# Modules whose loading means exit may have work to do: threads to join, atexit handlers to
+# run (logging flushes its handlers, weakref.finalize registers one), or a typer command that
+# may have left any of these behind.
+EXIT_HAS_WORK = ("threading", "logging", "weakref", "delegate.cli.app")
 
 
 def _fast_path(argv: list[str]) -> int | None:
@@ -64,8 +72,25 @@ def main(argv: list[str] | None = None) -> int:
     return guarded(dispatch)
 
 
+def _exit_at_once(argv: list[str], code: int) -> None:
+    """End the process now when a read-only fast path answered: the interpreter's teardown
+    (freeing every module and object one by one) costs `ps --json` ~10% of its run, for nothing
+    a process that is about to end needs. Returns (for a normal exit) when it cannot."""
+    if argv[:1] not in EXIT_AT_ONCE or any(name in sys.modules for name in EXIT_HAS_WORK):
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):  # (AttributeError: no sys.stdout)
+        return  # the normal exit reports it as it always did
+    os._exit(code)
+
+
 def console_main() -> None:
-    sys.exit(main())
+    argv = sys.argv[1:]
+    code = main(argv)
+    _exit_at_once(argv, code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -168,6 +168,51 @@ def test_ps_json_fast_path_says_what_the_typer_path_says(home: Path, tmux_env, t
     run_cli(home, "cancel", running, env=tmux_env)
 
 
+# Runs the console entry point (`python -m delegate ...`); an object of this script says on
+# stderr when the interpreter's teardown frees it. A first argument `threads` loads threading.
+TEARDOWN_PROBE = """
+import sys
+class Freed:
+    def __del__(self):
+        sys.stderr.write("TORN DOWN\\n")
+witness = Freed()
+if sys.argv[1] == "threads":
+    import threading
+from delegate.__main__ import console_main
+sys.argv = ["delegate", *sys.argv[2:]]
+console_main()
+"""
+
+
+def _teardown_probe(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", TEARDOWN_PROBE, *argv],
+        env=cli_env(home),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_fast_ps_ends_without_the_teardown_unless_exit_has_work(home: Path):
+    pending = run_cli(home, "register", "--cmd", "true").stdout.strip()
+    # the first `ps` of a state dir creates the sessions database (tenacity, with threads and
+    # logging, retries it): exit has work to do then; every later `ps` only reads
+    assert "TORN DOWN" in _teardown_probe(home, "-", "ps", "--json").stderr
+    fast = _teardown_probe(home, "-", "ps", "--json")
+    assert fast.returncode == 0, fast.stderr
+    assert [json.loads(line)["job_id"] for line in fast.stdout.splitlines()] == [pending]
+    assert "TORN DOWN" not in fast.stderr  # its output flushed, the teardown skipped
+    threaded = _teardown_probe(home, "threads", "ps", "--json")  # threads to join: normal exit
+    assert threaded.returncode == 0 and _without_age(threaded.stdout) == _without_age(fast.stdout)
+    assert "TORN DOWN" in threaded.stderr
+    nothing = _teardown_probe(home, "-", "ps", "--json", "--limit", "0", "--group", "none")
+    assert nothing.returncode == 0 and nothing.stdout == ""
+    assert nothing.stderr.strip() == "delegate: no open jobs"  # stderr flushed too
+    typer = _teardown_probe(home, "-", "jobs", "--json")  # not a fast path: the normal exit
+    assert typer.returncode == 0 and "TORN DOWN" in typer.stderr
+
+
 def test_the_default_state_dir_is_platformdirs_xdg_one_without_importing_it(
     tmp_path: Path, monkeypatch
 ):
