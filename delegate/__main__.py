@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from delegate import version_line
@@ -9,6 +10,13 @@ from delegate.config import logsetup
 from delegate.core.errors import guarded
 
 LOCK_FAST = (["acquire"], ["renew"], ["release"], ["check"])
+# Fast paths whose process may end without the interpreter's teardown (see _exit_at_once): they
+# write only through file descriptors (atomic_write, append_line) and committed SQLite
+# transactions, so no buffer of theirs is left for the teardown to flush or close.
+EXIT_AT_ONCE = (["ps"], ["submit"])
+# Loaded, these mean exit may have work to do: `atexit` (every exit handler registers through
+# it: logging's flush, weakref.finalize, ...), or a typer command that answered instead.
+EXIT_HAS_WORK = ("atexit", "delegate.cli.app")
 
 
 def _fast_path(argv: list[str]) -> int | None:
@@ -64,8 +72,29 @@ def main(argv: list[str] | None = None) -> int:
     return guarded(dispatch)
 
 
+def _exit_at_once(argv: list[str], code: int) -> None:
+    """End the process now when a fast path that leaves nothing to flush answered: the
+    interpreter's teardown (freeing every module and object one by one) costs `ps --json` and
+    `submit --no-wait` 10-20% of their run, for nothing a process that ends needs. Returns (for
+    a normal exit) when exit has work to do: handlers to run, another thread to join."""
+    if argv[:1] not in EXIT_AT_ONCE or any(name in sys.modules for name in EXIT_HAS_WORK):
+        return
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.active_count() > 1:
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):  # (AttributeError: no sys.stdout)
+        return  # the normal exit reports it as it always did
+    os._exit(code)
+
+
 def console_main() -> None:
-    sys.exit(main())
+    argv = sys.argv[1:]
+    code = main(argv)
+    _exit_at_once(argv, code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

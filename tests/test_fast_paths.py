@@ -168,6 +168,74 @@ def test_ps_json_fast_path_says_what_the_typer_path_says(home: Path, tmux_env, t
     run_cli(home, "cancel", running, env=tmux_env)
 
 
+# Runs the console entry point as `python -m delegate ...` does; an object of this script says
+# on stderr when the interpreter's teardown frees it. Its first argument gives exit work to do:
+# `thread` (a thread still running, to be joined) or `atexit` (a handler), `-` none.
+TEARDOWN_PROBE = """
+import sys, threading, time
+class Freed:
+    def __del__(self):
+        sys.stderr.write("TORN DOWN\\n")
+witness = Freed()
+if sys.argv[1] == "thread":
+    threading.Thread(target=time.sleep, args=(0.3,)).start()
+if sys.argv[1] == "atexit":
+    import atexit
+    atexit.register(lambda: sys.stderr.write("AT EXIT\\n"))
+from delegate.__main__ import console_main
+sys.argv = ["delegate", *sys.argv[2:]]
+console_main()
+"""
+
+
+def _teardown_probe(
+    home: Path, *argv: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", TEARDOWN_PROBE, *argv],
+        env=cli_env(home, env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_fast_ps_ends_without_the_teardown_unless_exit_has_work(home: Path):
+    pending = run_cli(home, "register", "--cmd", "true").stdout.strip()
+    # the first `ps` of a state dir creates the sessions database (tenacity, with logging,
+    # retries it): exit has work to do then; every later `ps` only reads
+    assert "TORN DOWN" in _teardown_probe(home, "-", "ps", "--json").stderr
+    fast = _teardown_probe(home, "-", "ps", "--json")
+    assert fast.returncode == 0, fast.stderr
+    assert [json.loads(line)["job_id"] for line in fast.stdout.splitlines()] == [pending]
+    assert "TORN DOWN" not in fast.stderr  # its output flushed, the teardown skipped
+    for work in ("thread", "atexit"):  # the normal exit: the thread joined, the handler run
+        normal = _teardown_probe(home, work, "ps", "--json")
+        assert normal.returncode == 0 and _without_age(normal.stdout) == _without_age(fast.stdout)
+        assert "TORN DOWN" in normal.stderr, work
+    assert "AT EXIT" in normal.stderr
+    nothing = _teardown_probe(home, "-", "ps", "--json", "--limit", "0", "--group", "none")
+    assert nothing.returncode == 0 and nothing.stdout == ""
+    assert nothing.stderr.strip() == "delegate: no open jobs"  # stderr flushed too
+    typer = _teardown_probe(home, "-", "jobs", "--json")  # not a fast path: the normal exit
+    assert typer.returncode == 0 and "TORN DOWN" in typer.stderr
+
+
+def test_a_fast_submit_ends_without_the_teardown_and_its_job_runs(
+    home: Path, tmux_env, tmp_path: Path
+):
+    argv = ["submit", "--cmd", "echo fast", "--prompt", "x", "--workdir", str(tmp_path)]
+    run_cli(home, "ps", "--json", env=tmux_env)  # the sessions database exists (see above)
+    fast = _teardown_probe(home, "-", *argv, "--no-wait", env=tmux_env)
+    assert fast.returncode == 0, fast.stderr
+    assert "TORN DOWN" not in fast.stderr
+    job_id = fast.stdout.strip()
+    state = State.open(env=cli_env(home, tmux_env))
+    retry_until(lambda: state.registry.get(job_id).status.terminal, timeout=30)
+    assert state.registry.get(job_id).status.value == "completed"
+    assert [e["event"] for e in state.audit.read_events(job_id, "published")][-1] == "completed"
+
+
 def test_the_default_state_dir_is_platformdirs_xdg_one_without_importing_it(
     tmp_path: Path, monkeypatch
 ):

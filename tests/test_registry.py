@@ -14,7 +14,7 @@ from pathlib import Path
 import filelock
 import pytest
 
-from delegate.adapters.registry import Registry
+from delegate.adapters.registry import Registry, url_token
 from delegate.core.errors import (
     CorruptRecord,
     IllegalTransition,
@@ -380,3 +380,15 @@ def test_a_host_job_already_sent_is_not_claimed_by_one_that_saw_it_queued(state:
     )
     assert again is None
     assert state.registry.get(job.job_id).launcher == SENT_TO_HOST
+
+
+def test_url_token_is_what_secrets_token_urlsafe_makes_of_the_same_bytes(monkeypatch):
+    import base64
+    import secrets
+
+    for size in (1, 2, 3, 32):
+        drawn = bytes(range(250, 250 - size, -1))  # +/ in plain base64: -_ here
+        monkeypatch.setattr(os, "urandom", lambda n, drawn=drawn: drawn[:n])
+        expected = base64.urlsafe_b64encode(drawn).rstrip(b"=").decode("ascii")
+        assert url_token(size) == expected  # as secrets.token_urlsafe encodes its bytes
+        assert len(url_token(size)) == len(secrets.token_urlsafe(size))

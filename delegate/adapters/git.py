@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -255,6 +254,8 @@ def _with_temp_index(path: Path) -> tuple[Path, dict[str, str]]:
     """A copy of the worktree's index with every change staged (`add -A`), in a temporary
     folder; the worktree's own index is only read (its stat data spares rehashing)."""
     own_index = Path(out(path, "rev-parse", "--path-format=absolute", "--git-path", "index"))
+    import tempfile  # tempfile (random, weakref): only a diff of uncommitted changes needs it
+
     folder = Path(tempfile.mkdtemp(prefix="delegate-index-"))
     index = folder / "index"
     if own_index.exists():

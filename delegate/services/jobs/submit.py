@@ -10,7 +10,6 @@ decide, and the exit status is read from the record.
 # No `from __future__ import annotations`: typing.NamedTuple would compile each string
 # annotation into a ForwardRef at import (milliseconds of every fast path).
 
-import json
 import os
 import pwd
 import shlex
@@ -23,11 +22,8 @@ from delegate.adapters.bus import keeps_history
 from delegate.adapters.fsio import atomic_write
 from delegate.adapters.groups import GroupBook
 from delegate.adapters.tmux import Tmux, TmuxUnreachable, validate_session_name
-from delegate.config.approvals import approval_settings
 from delegate.config.budget import budget_for
 from delegate.config.profiles import Profile, read_config, resolve
-from delegate.core import hostproto
-from delegate.core.approvals import DEFAULT_TIMEOUT_S
 from delegate.core.caps import AFTER_RULES, Gate, broken_dependency
 from delegate.core.errors import (
     DelegateError,
@@ -227,11 +223,13 @@ def parse_on_event(text: str | None) -> list[str] | None:
 HOOK_EVENTS = ("PermissionRequest", "Notification", "Stop", "SessionStart")
 
 
-def claude_settings(permission_wait_s: float = DEFAULT_TIMEOUT_S) -> bytes:
+def claude_settings(permission_wait_s: float) -> bytes:
     """This job's Claude Code settings (passed with --settings; the user's own are never
     edited): every hook we listen to calls this installation's `delegate hook`. The permission
     hook waits for a decision up to `permission_wait_s` (`[approvals] timeout`), so Claude is
     told to wait a minute longer than that before it gives up on the hook."""
+    import json  # json (its encoder and decoder): only a claude-stream job's settings need it
+
     hook = str(Path(agent_env.toolkit_bin()) / "delegate") + " hook"
     hooks = {}
     for name in HOOK_EVENTS:
@@ -375,6 +373,8 @@ def submit_remote(
     """`submit --host NAME`: register here (the single source of truth) with the token derived
     from the host key, start following the job, then publish its signed assignment. The host
     resolves the profile and launches it in its own tmux."""
+    from delegate.core import hostproto  # hmac, hashlib, json: a local job's path goes without
+
     # services.remote (uuid, platform, the MQTT wire): a local job's path goes without
     from delegate.services.remote import HostBook, assign, mqtt_settings, save_assignment
 
@@ -459,6 +459,9 @@ def _admit(
     atomic_write(prompt_path, build_prompt(profile, request.prompt))
     settings_path = None
     if profile.channel == "claude-stream":
+        # approvals (hmac, the protocol): only a claude-stream job's hook settings need them
+        from delegate.config.approvals import approval_settings
+
         settings_path = job_dir / "claude-settings.json"
         config = read_config(state.layout.home, state.env)
         wait_s = approval_settings(config.tables, config.path).timeout_s
