@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from delegate.report.generator import Spec, generate
+from delegate.services.report import run_report
+from delegate.services.state import State
 
 from .helpers import retry_until, run_cli
 from .mqtt_fixtures import free_port
@@ -115,27 +117,30 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         made.stop()
 
 
-def test_a_standalone_cluster_gives_the_figures_of_local_mode(cluster: Cluster, tmp_path: Path):
+def test_a_standalone_cluster_gives_the_figures_of_local_mode(
+    spark, cluster: Cluster, tmp_path: Path
+):
     home = tmp_path / "state"
     generate(home / "logs", Spec(jobs=40, seed=21))
-    env = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    # local mode: in this process, on the test run's shared local Spark (`spark`)
+    state = State.open(env={"DELEGATE_HOME": str(home)})
+    run_report(state, master="local[1]", fmt="json", out=tmp_path / "local")
+    result = run_cli(
+        home,
+        "report",
+        "--format",
+        "json",
+        "--out",
+        str(tmp_path / "cluster"),
+        "--master",
+        cluster.url,
+        env={"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
     outputs = {}
-    for name, master in (("local", "local[2]"), ("cluster", cluster.url)):
-        out = tmp_path / name
-        result = run_cli(
-            home,
-            "report",
-            "--format",
-            "json",
-            "--out",
-            str(out),
-            "--master",
-            master,
-            env=env,
-            timeout=600,
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
-        outputs[name] = json.loads((out / "report.json").read_text())
+    for name in ("local", "cluster"):
+        outputs[name] = json.loads((tmp_path / name / "report.json").read_text())
         outputs[name].pop("generated_at")  # when, not what: the figures must be equal
     assert outputs["cluster"]["totals"]["jobs"] == 40
     assert outputs["cluster"] == outputs["local"]
