@@ -47,10 +47,9 @@ _META_FIELDS = (
 
 
 def _dump(obj: Any) -> bytes:
-    # json's C encoder: writers log often; readers (`ps --json`) load this module without it
-    import json
-
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+    # fastjson: json's text without importing json (~2 ms of a fresh publish, which logs)
+    text = fastjson.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return text.encode()
 
 
 class AuditLog:

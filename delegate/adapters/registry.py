@@ -218,10 +218,10 @@ class Registry:
     ) -> Job:
         if stamp:
             job = job._replace(updated_at=record_timestamp(self._now()))
-        # json's C encoder, for writers; readers (`ps --json`) load this module without it
-        import json
-
-        data = json.dumps(job.to_dict(), indent=2, sort_keys=True).encode("utf-8") + b"\n"
+        # fastjson: json's own text (indented, keys sorted) without importing json (~2 ms of a
+        # fresh publish, whose record this writes)
+        text = fastjson.dumps(job.to_dict(), indent=2, sort_keys=True)
+        data = text.encode("utf-8") + b"\n"
         atomic_write(self.path_for(job.job_id), data)
         self._note_change(job.job_id)
         if self.on_change is not None and previous != job.status:
