@@ -23,7 +23,6 @@ from delegate.core.protocol import (
     redact_data,
     sign,
 )
-from delegate.services.jobs.finish import end_by_event
 from delegate.services.state import State
 
 log = get_logger(__name__)
@@ -129,6 +128,9 @@ def publish_event(
         raise BusError(str(exc)) from None
     state.audit.append(job_id, audit.PUBLISHED, seq=seq, event=event.value, envelope=envelope)
     if event.terminal:  # beside the agent: no envelope, its subscribers notify
+        # finish (caps, retry, pwd): ~4 ms of every fresh publish, needed only for its last
+        from delegate.services.jobs.finish import end_by_event
+
         end_by_event(state, job_id, event, detail=safe_detail, actor="publish")
     elif event in EVENT_TARGET_STATE:
         state.registry.apply_event(job_id, event, detail=safe_detail)
