@@ -71,6 +71,49 @@ def test_publish_and_hook_load_nothing_heavy(home: Path):
     assert [e["event"] for e in published] == ["started", "progress"]  # the hook's Stop
 
 
+# Modules a direct progress publish does without (each cost it milliseconds): json (fastjson
+# writes the record and the audit line), OpenSSL behind hashlib/hmac (protocol signs on
+# _sha256), the ending path and the retry rules (only for terminal events, dependency checks).
+NOT_FOR_A_PUBLISH = (
+    "json",
+    "hashlib",
+    "hmac",
+    "_hashlib",
+    "delegate.services.jobs.finish",
+    "delegate.core.caps",
+    "delegate.core.retry",
+)
+LIGHT_PROBE = f"""
+import json as _json_for_the_report, sys
+del sys.modules["json"]  # this probe's own, not the call's
+for name in [n for n in sys.modules if n.startswith("json.")]:
+    del sys.modules[name]
+from delegate.__main__ import main
+code = main(sys.argv[1:])
+loaded = sorted(set(sys.modules) & set({NOT_FOR_A_PUBLISH!r}))
+sys.stderr.write("\\nLOADED " + _json_for_the_report.dumps(loaded) + "\\n")
+sys.exit(code)
+"""
+
+
+def test_a_direct_publish_loads_neither_json_nor_openssl_nor_the_ending_path(home: Path):
+    job_id = run_cli(home, "register", "--cmd", "true").stdout.strip()
+    run_cli(home, "publish", "--job", job_id, "--event", "started")  # the bus exists
+    done = subprocess.run(
+        [sys.executable, "-c", LIGHT_PROBE, "publish", "--job", job_id, "--event", "progress"],
+        env=cli_env(home),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["seq"] == 2
+    assert json.loads(done.stderr.strip().splitlines()[-1].removeprefix("LOADED ")) == []
+    # a terminal event loads the ending path, and the job ends
+    run_cli(home, "publish", "--job", job_id, "--event", "completed")
+    assert State.open(env=cli_env(home)).registry.get(job_id).status.value == "completed"
+
+
 def test_a_cron_run_whose_job_exists_loads_nothing_heavy(home: Path, tmux_env, tmp_path: Path):
     path = job_file(tmp_path)
     tab = tmp_path / "tab"
