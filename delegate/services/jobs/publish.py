@@ -6,8 +6,6 @@ This is the hot path of every agent report, so it imports nothing heavy: no type
 
 from __future__ import annotations
 
-from typing import Any
-
 from delegate.adapters import audit
 from delegate.adapters.publish_socket import through_wrapper
 from delegate.config.logsetup import get_logger
@@ -24,6 +22,10 @@ from delegate.core.protocol import (
     sign,
 )
 from delegate.services.state import State
+
+TYPE_CHECKING = False  # typing costs a fresh publish ~3 ms
+if TYPE_CHECKING:
+    from typing import Any
 
 log = get_logger(__name__)
 
