@@ -12,8 +12,9 @@ from delegate.core.errors import guarded
 LOCK_FAST = (["acquire"], ["renew"], ["release"], ["check"])
 # Fast paths whose process may end without the interpreter's teardown (see _exit_at_once): they
 # write only through file descriptors (atomic_write, append_line) and committed SQLite
-# transactions, so no buffer of theirs is left for the teardown to flush or close.
-EXIT_AT_ONCE = (["ps"], ["submit"])
+# transactions (publish's bus is closed before it returns), so no buffer of theirs is left for
+# the teardown to flush or close.
+EXIT_AT_ONCE = (["ps"], ["submit"], ["publish"], ["hook"])
 # Loaded, these mean exit may have work to do: `atexit` (every exit handler registers through
 # it: logging's flush, weakref.finalize, ...), or a typer command that answered instead.
 EXIT_HAS_WORK = ("atexit", "delegate.cli.app")
@@ -74,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _exit_at_once(argv: list[str], code: int) -> None:
     """End the process now when a fast path that leaves nothing to flush answered: the
-    interpreter's teardown (freeing every module and object one by one) costs `ps --json` and
-    `submit --no-wait` 10-20% of their run, for nothing a process that ends needs. Returns (for
+    interpreter's teardown (freeing every module and object one by one) costs `ps --json`,
+    `submit --no-wait` and a direct `publish` 10-20% of their run, for nothing a process that
+    ends needs. Returns (for
     a normal exit) when exit has work to do: handlers to run, another thread to join."""
     if argv[:1] not in EXIT_AT_ONCE or any(name in sys.modules for name in EXIT_HAS_WORK):
         return

@@ -71,6 +71,49 @@ def test_publish_and_hook_load_nothing_heavy(home: Path):
     assert [e["event"] for e in published] == ["started", "progress"]  # the hook's Stop
 
 
+# Modules a direct progress publish does without (each cost it milliseconds): json (fastjson
+# writes the record and the audit line), OpenSSL behind hashlib/hmac (protocol signs on
+# _sha256), the ending path and the retry rules (only for terminal events, dependency checks).
+NOT_FOR_A_PUBLISH = (
+    "json",
+    "hashlib",
+    "hmac",
+    "_hashlib",
+    "delegate.services.jobs.finish",
+    "delegate.core.caps",
+    "delegate.core.retry",
+)
+LIGHT_PROBE = f"""
+import json as _json_for_the_report, sys
+del sys.modules["json"]  # this probe's own, not the call's
+for name in [n for n in sys.modules if n.startswith("json.")]:
+    del sys.modules[name]
+from delegate.__main__ import main
+code = main(sys.argv[1:])
+loaded = sorted(set(sys.modules) & set({NOT_FOR_A_PUBLISH!r}))
+sys.stderr.write("\\nLOADED " + _json_for_the_report.dumps(loaded) + "\\n")
+sys.exit(code)
+"""
+
+
+def test_a_direct_publish_loads_neither_json_nor_openssl_nor_the_ending_path(home: Path):
+    job_id = run_cli(home, "register", "--cmd", "true").stdout.strip()
+    run_cli(home, "publish", "--job", job_id, "--event", "started")  # the bus exists
+    done = subprocess.run(
+        [sys.executable, "-c", LIGHT_PROBE, "publish", "--job", job_id, "--event", "progress"],
+        env=cli_env(home),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["seq"] == 2
+    assert json.loads(done.stderr.strip().splitlines()[-1].removeprefix("LOADED ")) == []
+    # a terminal event loads the ending path, and the job ends
+    run_cli(home, "publish", "--job", job_id, "--event", "completed")
+    assert State.open(env=cli_env(home)).registry.get(job_id).status.value == "completed"
+
+
 def test_a_cron_run_whose_job_exists_loads_nothing_heavy(home: Path, tmux_env, tmp_path: Path):
     path = job_file(tmp_path)
     tab = tmp_path / "tab"
@@ -189,11 +232,12 @@ console_main()
 
 
 def _teardown_probe(
-    home: Path, *argv: str, env: dict[str, str] | None = None
+    home: Path, *argv: str, env: dict[str, str] | None = None, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", TEARDOWN_PROBE, *argv],
         env=cli_env(home, env),
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=60,
@@ -234,6 +278,40 @@ def test_a_fast_submit_ends_without_the_teardown_and_its_job_runs(
     retry_until(lambda: state.registry.get(job_id).status.terminal, timeout=30)
     assert state.registry.get(job_id).status.value == "completed"
     assert [e["event"] for e in state.audit.read_events(job_id, "published")][-1] == "completed"
+
+
+def test_a_direct_publish_and_a_hook_end_without_the_teardown_unless_exit_has_work(home: Path):
+    job_id = run_cli(home, "register", "--cmd", "true").stdout.strip()
+    publish = ("publish", "--job", job_id, "--event")
+    # the first publish of a state dir makes the bus's schema (tenacity, with logging): the
+    # normal exit then; every later one only writes
+    assert "TORN DOWN" in _teardown_probe(home, "-", *publish, "started").stderr
+    fast = _teardown_probe(home, "-", *publish, "progress", "--detail", "step one")
+    assert fast.returncode == 0, fast.stderr
+    assert "TORN DOWN" not in fast.stderr
+    assert json.loads(fast.stdout) == {"job_id": job_id, "seq": 2, "event": "progress"}
+    state = State.open(env=cli_env(home))
+    assert state.registry.get(job_id).last_seq == 2  # the record's change is on disk
+    hook = _teardown_probe(
+        home, "-", "hook", env={"DELEGATE_JOB_ID": job_id}, stdin='{"hook_event_name": "Stop"}'
+    )
+    assert hook.returncode == 0 and "TORN DOWN" not in hook.stderr, hook.stderr
+    for work in ("thread", "atexit"):  # the normal exit: the thread joined, the handler run
+        normal = _teardown_probe(home, work, *publish, "progress")
+        assert normal.returncode == 0 and "TORN DOWN" in normal.stderr, work
+    assert "AT EXIT" in normal.stderr
+    published = state.audit.read_events(job_id, "published")
+    assert [e["seq"] for e in published] == [1, 2, 3, 4, 5]  # each audited, none lost
+    bus = state.open_bus_for(state.registry.get(job_id))
+    sub = bus.subscribe(job_id)
+    on_bus = [json.loads(message.payload)["seq"] for message in iter(lambda: sub.get(0.2), None)]
+    sub.close()
+    bus.close()
+    assert on_bus == [1, 2, 3, 4, 5]  # each committed to the bus
+    refused = _teardown_probe(home, "-", "publish", "--job", "nope", "--event", "progress")
+    assert refused.returncode != 0 and "TORN DOWN" not in refused.stderr
+    assert "nope" in refused.stderr  # stderr flushed too
+    assert state.registry.get(job_id).status.value == "running"
 
 
 def test_the_default_state_dir_is_platformdirs_xdg_one_without_importing_it(

@@ -46,6 +46,16 @@ def test_dumps_with_options_agrees_with_json(value, sort_keys, ensure_ascii, sep
     assert _fastjson.dumps(value, **options) == json.dumps(value, **options)
 
 
+@settings(max_examples=300, deadline=None)
+@given(documents, st.booleans(), st.booleans(), st.sampled_from([None, 0, 1, 2, 4]))
+def test_dumps_with_an_indent_agrees_with_json(value, sort_keys, ensure_ascii, indent):
+    """As the registry writes its records: one item a line, json's separators for an indent."""
+    options = {"sort_keys": sort_keys, "ensure_ascii": ensure_ascii, "indent": indent}
+    assert _fastjson.dumps(value, **options) == json.dumps(value, **options)
+    nested = {"b": [value, {}, []], "a": {"c": value, "d": ()}}
+    assert _fastjson.dumps(nested, **options) == json.dumps(nested, **options)
+
+
 @pytest.mark.parametrize("text", ["", "{", "not json", '{"a": 1} extra', "[1,]", '"\\x"'])
 def test_bad_documents_raise_what_json_raises(text):
     with pytest.raises(json.JSONDecodeError):
@@ -57,6 +67,7 @@ def test_what_it_does_not_encode_goes_to_json():
     mixed = {"b": 1, 2: "x", "a": None}  # json sorts and converts non-str keys its own way
     assert _fastjson.dumps(mixed, sort_keys=False) == json.dumps(mixed)
     assert _fastjson.dumps(float("nan")) == "NaN"
+    assert _fastjson.dumps({"a": [1, {2: 3}]}, indent=2) == json.dumps({"a": [1, {2: 3}]}, indent=2)
     assert math.isinf(_fastjson.loads("Infinity"))
 
 

@@ -322,3 +322,56 @@ def test_a_jobs_token_never_survives_redaction(prefix, suffix, data, where):
     planted = _plant(data if isinstance(data, (dict, list)) else [data], token, where)
     out = protocol.redact_data(planted, secrets=[token])
     assert token not in json.dumps(out, ensure_ascii=False)
+
+
+# Pieces that make the redaction patterns match, and near misses, in both cases and beside
+# letters that case folding maps onto ASCII ones (the Kelvin sign, the long s, dotted I).
+_REDACTION_PIECES = [
+    *("pass", "PASSWD", "secret", "Token", "api_key", "credential", "AUTH", "author", "key"),
+    *("=", ":", " = ", '"', "'", " ", "\n", "x" * 9, "abcdefghijklmnop", "/", "~", "~/", "@"),
+    *("Bearer ", "basic ", "sk-", "ghp_", "AKIA", "ABCDEFGHIJKLMNOP", "xoxb-", "glpat-", "gh"),
+    *("-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----", "https://", "u:pw@"),
+    *("\u212a", "\u017f", "\u0130", "to\u212aen", "ba\u017fic", "\u00e9"),
+    # whole matches, each a literal away from a near miss
+    *("Bearer abcdefghij", "basic abcdefghij", "TOKEN abcdefghij", "ba\u017fic abcdefghij"),
+    *("passwd=x", "my_secret: 'x'", "API_KEY=x", "auth:x", "to\u212aen=x", "/home/u/a.py"),
+    *("sk-" + "a" * 16, "gho_" + "b" * 20, "xoxp-" + "c" * 10, "glpat-" + "d" * 16, "~/x"),
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_REDACTION_PIECES) | st.text(max_size=4), max_size=12))
+def test_a_redaction_pattern_skipped_by_its_literals_would_not_have_matched(pieces):
+    """Each pattern is tried only on text holding its literals: the result is the regex's own
+    on any text, so the pre-check never lets a secret through."""
+    text = "".join(pieces)
+    for name in (
+        "_SECRET_ASSIGNMENT",
+        "_SECRET_KEY_NAME",
+        "_BEARER",
+        "_KNOWN_TOKENS",
+        "_PEM_PRIVATE_KEY",
+        "_URL_CREDENTIALS",
+        "_ABS_PATH",
+    ):
+        lazy = getattr(protocol, name)
+        regex = lazy.compiled()
+        assert lazy.may_match(text) or regex.search(text) is None, (name, text)
+        assert lazy.sub("#", text) == regex.sub("#", text), (name, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=st.binary(max_size=200), message=st.binary(max_size=300))
+def test_the_signature_is_the_standard_hmac_sha256(key, message):
+    """protocol signs without importing hmac (hashlib's OpenSSL); keys past SHA-256's block
+    (64 bytes) are hashed first, as RFC 2104 says, and any tool's HMAC agrees."""
+    expected = hmac.new(key, message, hashlib.sha256).hexdigest()
+    assert protocol.hmac_sha256(key, message) == expected
+    token = key.decode("latin-1")
+    envelope = build_envelope(job_id=JOB, seq=1, event="progress", detail=token)
+    by_hand = hmac.new(token.encode(), canonical_json(envelope), hashlib.sha256).hexdigest()
+    assert protocol.compute_signature(envelope, token) == by_hand
+    for size in (0, 1, 63, 64, 65, 128, 129):  # around the block, where the key is hashed
+        long_key = (key or b"k") * 200
+        expected = hmac.new(long_key[:size], message, hashlib.sha256).hexdigest()
+        assert protocol.hmac_sha256(long_key[:size], message) == expected, size

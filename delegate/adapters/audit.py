@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from delegate.adapters.fsio import append_line, atomic_write, ensure_private_dir
 from delegate.config.logsetup import get_logger
 from delegate.core import fastjson
 from delegate.core.model import Job, JobState, validate_job_id
 from delegate.core.timefmt import record_timestamp
+
+TYPE_CHECKING = False  # typing costs a fresh publish ~3 ms
+if TYPE_CHECKING:
+    from typing import Any
 
 log = get_logger(__name__)
 
@@ -47,10 +50,9 @@ _META_FIELDS = (
 
 
 def _dump(obj: Any) -> bytes:
-    # json's C encoder: writers log often; readers (`ps --json`) load this module without it
-    import json
-
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+    # fastjson: json's text without importing json (~2 ms of a fresh publish, which logs)
+    text = fastjson.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return text.encode()
 
 
 class AuditLog:

@@ -60,13 +60,17 @@ def dumps(
     *,
     sort_keys: bool = False,
     ensure_ascii: bool = True,
-    separators: tuple[str, str] = (", ", ": "),
+    separators: tuple[str, str] | None = None,
     allow_nan: bool = True,
+    indent: int | None = None,
 ) -> str:
     """`json.dumps(value, ...)` with these options, for str/int/float/bool/None, lists and
     dicts with str keys; anything else goes to `json` (which refuses NaN and infinities
-    with ValueError when not `allow_nan`)."""
-    style = _Style(sort_keys, ensure_ascii, separators)
+    with ValueError when not `allow_nan`). `separators` defaults as json's do: `(", ", ": ")`,
+    or `(",", ": ")` with an `indent`."""
+    if separators is None:
+        separators = (", ", ": ") if indent is None else (",", ": ")
+    style = _Style(sort_keys, ensure_ascii, separators, indent)
     parts: list[str] = []
     if not _encode(value, parts, style):
         import json  # json: only for values the encoder declines; fast paths never load it
@@ -77,19 +81,27 @@ def dumps(
             ensure_ascii=ensure_ascii,
             separators=separators,
             allow_nan=allow_nan,
+            indent=indent,
         )
     return "".join(parts)
 
 
 class _Style:
-    """How `dumps` writes: key order, escaping and separators."""
+    """How `dumps` writes: key order, escaping, separators and indentation."""
 
-    __slots__ = ("item_sep", "key_sep", "sort_keys", "string")
+    __slots__ = ("indent", "item_sep", "key_sep", "sort_keys", "string")
 
-    def __init__(self, sort_keys: bool, ensure_ascii: bool, separators: tuple[str, str]) -> None:
+    def __init__(
+        self,
+        sort_keys: bool,
+        ensure_ascii: bool,
+        separators: tuple[str, str],
+        indent: int | None = None,
+    ) -> None:
         self.sort_keys = sort_keys
         self.string = _json.encode_basestring_ascii if ensure_ascii else _json.encode_basestring
         self.item_sep, self.key_sep = separators
+        self.indent = None if indent is None else " " * indent
 
 
 _DEFAULT_STYLE = _Style(False, True, (", ", ": "))
@@ -101,16 +113,16 @@ def print_line(value: Any) -> None:
     sys.stdout.write(dumps(value) + "\n")
 
 
-def _encode(value: Any, out: list[str], style: _Style = _DEFAULT_STYLE) -> bool:
+def _encode(value: Any, out: list[str], style: _Style = _DEFAULT_STYLE, depth: int = 0) -> bool:
     """Append `value`'s JSON to `out`; False when it needs `json` (NaN, odd types, keys)."""
     text = _scalar(value, style)
     if text is not None:
         out.append(text)
         return True
     if isinstance(value, list | tuple):
-        return _encode_list(value, out, style)
+        return _encode_list(value, out, style, depth)
     if isinstance(value, dict):
-        return _encode_dict(value, out, style)
+        return _encode_dict(value, out, style, depth)
     return False
 
 
@@ -131,28 +143,47 @@ def _scalar(value: Any, style: _Style) -> str | None:
     return None
 
 
-def _encode_list(value: list[Any] | tuple[Any, ...], out: list[str], style: _Style) -> bool:
-    out.append("[")
+def _breaks(style: _Style, depth: int) -> tuple[str, str, str]:
+    """What opens a container's first item, separates its items and closes it: with an
+    `indent`, each item on a line of its own one level deeper, as json writes them."""
+    if style.indent is None:
+        return "", style.item_sep, ""
+    inner = "\n" + style.indent * (depth + 1)
+    return inner, style.item_sep + inner, "\n" + style.indent * depth
+
+
+def _encode_list(
+    value: list[Any] | tuple[Any, ...], out: list[str], style: _Style, depth: int
+) -> bool:
+    if not value:
+        out.append("[]")
+        return True
+    first, between, last = _breaks(style, depth)
+    out.append("[" + first)
     for i, item in enumerate(value):
         if i:
-            out.append(style.item_sep)
-        if not _encode(item, out, style):
+            out.append(between)
+        if not _encode(item, out, style, depth + 1):
             return False
-    out.append("]")
+    out.append(last + "]")
     return True
 
 
-def _encode_dict(value: dict[Any, Any], out: list[str], style: _Style) -> bool:
+def _encode_dict(value: dict[Any, Any], out: list[str], style: _Style, depth: int) -> bool:
     if not all(isinstance(key, str) for key in value):
         return False  # json converts other keys (and sorts them) its own way
-    out.append("{")
+    if not value:
+        out.append("{}")
+        return True
+    first, between, last = _breaks(style, depth)
+    out.append("{" + first)
     items = sorted(value.items()) if style.sort_keys else value.items()
     for i, (key, item) in enumerate(items):
         if i:
-            out.append(style.item_sep)
+            out.append(between)
         out.append(style.string(key))
         out.append(style.key_sep)
-        if not _encode(item, out, style):
+        if not _encode(item, out, style, depth + 1):
             return False
-    out.append("}")
+    out.append(last + "}")
     return True

@@ -5,19 +5,31 @@ the whole envelope without `data.hmac_sig` (keys sorted, separators `,` and `:`,
 escaping), so any tool that can sort JSON keys and run HMAC can sign or check an event.
 """
 
-# No `from __future__ import annotations`: typing.NamedTuple would compile each string
-# annotation into a ForwardRef at import (milliseconds of every fast path).
+from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 import re
+from _operator import _compare_digest as compare_digest  # what hmac.compare_digest is
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
 
 from delegate.core import fastjson
 from delegate.core.model import EVENT_NAMES
+
+TYPE_CHECKING = False  # typing costs a fresh publish ~3 ms (see core.records)
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from delegate.core.records import NamedTuple
+
+if TYPE_CHECKING:
+    from hashlib import sha256
+else:
+    try:  # CPython's own SHA-256: hashlib (and hmac, which imports it) loads OpenSSL, ~5 ms
+        # of every fresh `publish`, for a few kilobytes hashed
+        from _sha256 import sha256
+    except ImportError:  # a Python built without its own hashes has OpenSSL's
+        from hashlib import sha256
 
 SCHEMA_VERSION = 1
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -58,8 +70,23 @@ def _signing_bytes(envelope: dict[str, Any]) -> bytes:
     return canonical_json({**envelope, "data": data})
 
 
+_BLOCK = 64  # SHA-256's block size in bytes
+_INNER_PAD = bytes(byte ^ 0x36 for byte in range(256))
+_OUTER_PAD = bytes(byte ^ 0x5C for byte in range(256))
+
+
+def hmac_sha256(key: bytes, message: bytes) -> str:
+    """HMAC-SHA256 (RFC 2104) in hex: `hmac.new(key, message, hashlib.sha256).hexdigest()`
+    (a test checks they agree), on SHA-256 alone (see the import above)."""
+    if len(key) > _BLOCK:
+        key = sha256(key).digest()
+    key = key.ljust(_BLOCK, b"\0")
+    inner = sha256(key.translate(_INNER_PAD) + message).digest()
+    return sha256(key.translate(_OUTER_PAD) + inner).hexdigest()
+
+
 def compute_signature(envelope: dict[str, Any], token: str) -> str:
-    return hmac.new(token.encode("utf-8"), _signing_bytes(envelope), hashlib.sha256).hexdigest()
+    return hmac_sha256(token.encode("utf-8"), _signing_bytes(envelope))
 
 
 def sign(envelope: dict[str, Any], token: str) -> dict[str, Any]:
@@ -80,7 +107,7 @@ def verify(envelope: dict[str, Any], token: str) -> bool:
         expected = compute_signature(envelope, token)
     except (TypeError, ValueError):
         return False
-    return hmac.compare_digest(expected.encode("ascii"), given.encode("utf-8", "replace"))
+    return compare_digest(expected.encode("ascii"), given.encode("utf-8", "replace"))
 
 
 def build_envelope(
@@ -223,25 +250,84 @@ _SECRET_KEY_TEXT = "".join(  # a pattern of key names, not a password
         r"PRIVATE_?KEY|CREDENTIALS?|AUTH)[A-Z0-9_.-]*|[A-Z0-9_.-]*PASS",
     )
 )
-_SECRET_ASSIGNMENT = re.compile(
+
+
+class _LazyPattern:
+    """A redaction regex, compiled at its first use and tried only on text that holds what
+    every match of it holds (one literal of each group): compiling them all costs a fresh
+    `publish` ~9 ms, and most details (`step 3`, `tests pass`) need none of them.
+
+    `any_case` patterns (`(?i)`) look for their literals in the lowered text; for text that
+    is not ASCII they are always tried, as their case folding maps some other letters onto
+    ASCII ones (the Kelvin sign matches `k`)."""
+
+    __slots__ = ("_any_case", "_compiled", "_flags", "_groups", "_source")
+
+    def __init__(
+        self,
+        source: str,
+        *groups: tuple[str, ...],
+        flags: int = 0,
+        any_case: bool = False,
+    ) -> None:
+        self._source, self._groups, self._flags = source, groups, flags
+        self._any_case = any_case
+        self._compiled: re.Pattern[str] | None = None
+
+    def may_match(self, text: str) -> bool:
+        if self._any_case:
+            if not text.isascii():
+                return True
+            text = text.lower()
+        return all(any(literal in text for literal in group) for group in self._groups)
+
+    def compiled(self) -> re.Pattern[str]:
+        if self._compiled is None:
+            self._compiled = re.compile(self._source, self._flags)
+        return self._compiled
+
+    def sub(self, replacement: Any, text: str) -> str:
+        return self.compiled().sub(replacement, text) if self.may_match(text) else text
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self.compiled().search(text) if self.may_match(text) else None
+
+
+_SECRET_WORDS = ("pass", "secret", "token", "key", "credential", "auth")  # in every key name
+_SECRET_ASSIGNMENT = _LazyPattern(
     rf"(?i)(?<![A-Za-z0-9_.-])([\"']?)({_SECRET_KEY_TEXT})\1(\s*[=:]\s*)"
-    r"(\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s,;}\]]+)"
+    r"(\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s,;}\]]+)",
+    ("=", ":"),
+    _SECRET_WORDS,
+    any_case=True,
 )
 # In `data`, a value under such a key is replaced whole, at any depth; `key` alone counts too.
-_SECRET_KEY_NAME = re.compile(
-    r"(?i)(?:password|passwd|passphrase|^pass$|secret|token|key|credential|auth(?!or))"
+_SECRET_KEY_NAME = _LazyPattern(
+    r"(?i)(?:password|passwd|passphrase|^pass$|secret|token|key|credential|auth(?!or))",
+    _SECRET_WORDS,
+    any_case=True,
 )
-_BEARER = re.compile(r"(?i)\b(bearer|token|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
-_KNOWN_TOKENS = re.compile(
+_BEARER = _LazyPattern(
+    r"(?i)\b(bearer|token|basic)\s+[A-Za-z0-9._~+/=-]{8,}",
+    ("bearer", "token", "basic"),
+    any_case=True,
+)
+_KNOWN_TOKENS = _LazyPattern(
     r"\b(?:sk-[A-Za-z0-9_-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|"
-    r"xox[abprs]-[A-Za-z0-9-]{10,}|glpat-[A-Za-z0-9_-]{16,})"
+    r"xox[abprs]-[A-Za-z0-9-]{10,}|glpat-[A-Za-z0-9_-]{16,})",
+    ("sk-", "gh", "AKIA", "xox", "glpat-"),
 )
-_PEM_PRIVATE_KEY = re.compile(
+_PEM_PRIVATE_KEY = _LazyPattern(
     r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
-    re.DOTALL,
+    ("-----BEGIN ",),
+    flags=re.DOTALL,
 )
-_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]+):[^@\s/]+@")
-_ABS_PATH = re.compile(r"(?<![\w.~:/\\-])(?:~|/)(?:[^\s'\"`:;,()<>]*/)*([^\s'\"`:;,()<>/]*)")
+_URL_CREDENTIALS = _LazyPattern(
+    r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]+):[^@\s/]+@", ("://",), ("@",)
+)
+_ABS_PATH = _LazyPattern(
+    r"(?<![\w.~:/\\-])(?:~|/)(?:[^\s'\"`:;,()<>]*/)*([^\s'\"`:;,()<>/]*)", ("/", "~")
+)
 REDACTED = "[REDACTED]"
 
 

@@ -14,7 +14,6 @@ from delegate.config.layout import Layout, bus_url, state_home
 from delegate.config.settings import BUS_ENV, settings
 from delegate.core.errors import DelegateError
 from delegate.core.model import Job, JobState
-from delegate.core.retry import effective_state
 
 MAX_ATTEMPT_CHAIN = 100  # attempts followed from a job to its latest (a loop never hangs)
 
@@ -77,6 +76,10 @@ class State:
         """The state of each of `job_ids` that exists (and reads), by its latest attempt (an
         attempt whose retry is due counts as queued); the others are left out. `known`: open
         jobs just read (an open job is its own latest attempt), not read again."""
+        # core.retry (its NamedTuples): for the dependency checks that ask, not for every
+        # opened state (a fresh publish opens one)
+        from delegate.core.retry import effective_state
+
         states: dict[str, JobState] = {}
         for job_id in job_ids:
             seen = known.get(job_id) if known is not None else None
