@@ -7,9 +7,10 @@ escaping), so any tool that can sort JSON keys and run HMAC can sign or check an
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import re
-from _operator import _compare_digest as compare_digest  # what hmac.compare_digest is
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
@@ -21,15 +22,6 @@ if TYPE_CHECKING:
     from typing import Any, NamedTuple
 else:
     from delegate.core.records import NamedTuple
-
-if TYPE_CHECKING:
-    from hashlib import sha256
-else:
-    try:  # CPython's own SHA-256: hashlib (and hmac, which imports it) loads OpenSSL, ~5 ms
-        # of every fresh `publish`, for a few kilobytes hashed
-        from _sha256 import sha256
-    except ImportError:  # a Python built without its own hashes has OpenSSL's
-        from hashlib import sha256
 
 SCHEMA_VERSION = 1
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -70,23 +62,8 @@ def _signing_bytes(envelope: dict[str, Any]) -> bytes:
     return canonical_json({**envelope, "data": data})
 
 
-_BLOCK = 64  # SHA-256's block size in bytes
-_INNER_PAD = bytes(byte ^ 0x36 for byte in range(256))
-_OUTER_PAD = bytes(byte ^ 0x5C for byte in range(256))
-
-
-def hmac_sha256(key: bytes, message: bytes) -> str:
-    """HMAC-SHA256 (RFC 2104) in hex: `hmac.new(key, message, hashlib.sha256).hexdigest()`
-    (a test checks they agree), on SHA-256 alone (see the import above)."""
-    if len(key) > _BLOCK:
-        key = sha256(key).digest()
-    key = key.ljust(_BLOCK, b"\0")
-    inner = sha256(key.translate(_INNER_PAD) + message).digest()
-    return sha256(key.translate(_OUTER_PAD) + inner).hexdigest()
-
-
 def compute_signature(envelope: dict[str, Any], token: str) -> str:
-    return hmac_sha256(token.encode("utf-8"), _signing_bytes(envelope))
+    return hmac.new(token.encode("utf-8"), _signing_bytes(envelope), hashlib.sha256).hexdigest()
 
 
 def sign(envelope: dict[str, Any], token: str) -> dict[str, Any]:
@@ -107,7 +84,7 @@ def verify(envelope: dict[str, Any], token: str) -> bool:
         expected = compute_signature(envelope, token)
     except (TypeError, ValueError):
         return False
-    return compare_digest(expected.encode("ascii"), given.encode("utf-8", "replace"))
+    return hmac.compare_digest(expected.encode("ascii"), given.encode("utf-8", "replace"))
 
 
 def build_envelope(
