@@ -32,6 +32,7 @@ pytest_plugins  # tests/conftest.py
 pytestmark
 _fresh_job_ids  # tests/bus_contract.py: an autouse fixture
 _stop_report_servers  # tests/conftest.py: an autouse fixture
+_stop_shared_report_servers  # tests/conftest.py: an autouse fixture
 
 # textual reads these by name (runtime/top/app.py): class settings, handlers, key actions
 DEFAULT_CSS

@@ -37,14 +37,25 @@ def spark():
     session.stop()
 
 
+def _stop_report_servers_under(folder: Path, patterns: tuple[str, ...]) -> None:
+    for pattern in patterns:
+        for analytics in folder.glob(pattern):
+            if (analytics / warm_report.START_LOCK).exists():
+                warm_report.stop(analytics.parent)
+
+
 @pytest.fixture(autouse=True)
 def _stop_report_servers(request: pytest.FixtureRequest):
     """A report run by a test leaves its state dir's warm Spark waiting for the next one
     (services/warm_report): stop the ones under the test's own tmp_path when it ends."""
     yield
     tmp_path = request.node.funcargs.get("tmp_path")
-    if tmp_path is None:
-        return
-    for analytics in (*tmp_path.glob("*/analytics"), *tmp_path.glob("*/*/analytics")):
-        if (analytics / warm_report.START_LOCK).exists():
-            warm_report.stop(analytics.parent)
+    if tmp_path is not None:
+        _stop_report_servers_under(tmp_path, ("*/analytics", "*/*/analytics"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _stop_shared_report_servers(tmp_path_factory: pytest.TempPathFactory):
+    """The same at the end of the run, for state dirs a module or the session shared."""
+    yield
+    _stop_report_servers_under(tmp_path_factory.getbasetemp(), ("*/*/analytics", "*/*/*/analytics"))
