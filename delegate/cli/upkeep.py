@@ -87,6 +87,7 @@ def report(
 ) -> int:
     """Analyse the audit logs with Spark: failures by reason, per job, agent, session and day.
 
+    Spark stays up for the next report, idle, for $DELEGATE_REPORT_WARM_S seconds (300).
     Example: delegate report --since 2026-11-01 --format html --out report/
     """
     result = run_report(
