@@ -39,17 +39,24 @@ sys.exit(code)
 """
 
 
-def _probe(
-    home: Path, *argv: str, env: dict[str, str] | None = None, stdin: str = ""
-) -> tuple[int, list[str], str]:
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, *argv],
+def _run_code(
+    code: str, home: Path, argv: tuple[str, ...], env: dict[str, str] | None, stdin: str
+) -> subprocess.CompletedProcess[str]:
+    """`code` in a fresh interpreter with `argv`, in `home`'s environment (plus `env`)."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv],
         env=cli_env(home, env),
         input=stdin,
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def _probe(
+    home: Path, *argv: str, env: dict[str, str] | None = None, stdin: str = ""
+) -> tuple[int, list[str], str]:
+    done = _run_code(PROBE, home, argv, env, stdin)
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("LOADED "), done.stderr
     return done.returncode, json.loads(last.removeprefix("LOADED ")), done.stdout
@@ -231,14 +238,7 @@ console_main()
 def _teardown_probe(
     home: Path, *argv: str, env: dict[str, str] | None = None, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", TEARDOWN_PROBE, *argv],
-        env=cli_env(home, env),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return _run_code(TEARDOWN_PROBE, home, argv, env, stdin)
 
 
 def test_a_fast_ps_ends_without_the_teardown_unless_exit_has_work(home: Path):
