@@ -59,6 +59,48 @@ def socket_path(folder: Path, key: str, name: str = "publish.sock") -> Path | No
     return candidate if len(os.fsencode(candidate)) < _MAX_PATH else None
 
 
+# --- what every private Unix socket server of ours shares (the wrapper's, the MCP zygote's,
+# the warm report server's)
+
+
+def listen_private(path: str, backlog: int = 16) -> socket.socket:
+    """A Unix socket listening at `path` (a stale one there removed), 0600 from the moment it
+    exists: bound under a umask, not chmod-ed after."""
+    import contextlib  # contextlib, socket: the servers'; a client (a fresh `delegate
+    import socket  # publish`) never binds
+
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old)
+    listener.listen(backlog)
+    return listener
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket (SO_PEERCRED)."""
+    import socket  # socket, struct: the servers' (as in listen_private)
+    import struct  # as socket
+
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
+def read_request(conn: socket.socket, limit: int = MAX_REQUEST) -> bytes:
+    """What a client sent until it shut its side; ValueError past `limit` bytes."""
+    chunks, size = [], 0
+    while chunk := conn.recv(65536):
+        size += len(chunk)
+        if size > limit:
+            raise ValueError("request too large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class _Pending:
     """A request being answered, which a retry of it (same id) waits for."""
 
@@ -79,9 +121,8 @@ class PublishServer:
     def __init__(self, path: Path, handler: Any, *, owner: tuple[int, int] | None = None) -> None:
         """`owner` (uid, gid): an agent running as another user; the socket becomes theirs,
         and only they and this process's user may talk to it (checked per connection)."""
-        import socket  # socket, threading, OrderedDict: the server's, in the wrapper; a client
-        import threading  # (a fresh `delegate publish`) loads this module without them
-        from collections import OrderedDict  # as socket
+        import threading  # threading, OrderedDict: the server's, in the wrapper; a client
+        from collections import OrderedDict  # (a fresh `delegate publish`) loads neither
 
         self.path = path
         self.handler = handler  # (request dict) -> response dict
@@ -89,16 +130,9 @@ class PublishServer:
         self._lock = threading.Lock()  # connections are served on threads of their own
         self._pending: dict[str, _Pending] = {}  # request id -> its first, still being answered
         self._peers = {os.getuid(), owner[0]} if owner else {os.getuid()}
-        path.unlink(missing_ok=True)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            self._sock.bind(str(path))
-        finally:
-            os.umask(old)
+        self._sock = listen_private(str(path))
         if owner is not None:
             os.chown(path, *owner)
-        self._sock.listen(16)
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
@@ -117,30 +151,20 @@ class PublishServer:
     def _talk(self, conn: socket.socket) -> None:
         with conn:
             try:
-                if self._peer_uid(conn) not in self._peers:
+                if peer_uid(conn) not in self._peers:
                     return  # not the agent's user, nor ours: say nothing
                 conn.settimeout(CONNECTION_TIMEOUT_S)
                 conn.sendall(json.dumps(self._answer(conn)).encode())
             except OSError:
                 return  # the client went away, or stopped talking
 
-    @staticmethod
-    def _peer_uid(conn: socket.socket) -> int:
-        import socket  # socket, struct: the server's (as in __init__)
-        import struct  # as socket
-
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        return int(struct.unpack("3i", creds)[1])
-
     def _answer(self, conn: socket.socket) -> dict[str, Any]:
-        chunks, size = [], 0
-        while chunk := conn.recv(65536):
-            size += len(chunk)
-            if size > MAX_REQUEST:
-                return {"ok": False, "message": "request too large", "exit_code": 64}
-            chunks.append(chunk)
         try:
-            request = json.loads(b"".join(chunks))
+            body = read_request(conn)
+        except ValueError as exc:
+            return {"ok": False, "message": str(exc), "exit_code": 64}
+        try:
+            request = json.loads(body)
         except ValueError:
             return {"ok": False, "message": "malformed request", "exit_code": 64}
         if not isinstance(request, dict):
@@ -212,7 +236,7 @@ def request(
     body = json.dumps(payload).encode()
     sent = False
     for attempt in range(attempts):
-        answer, reached = _exchange(path, body, timeout_s)
+        answer, reached = exchange(path, body, timeout_s)
         if answer is not None:
             return answer
         sent = sent or reached
@@ -228,9 +252,17 @@ def request(
     }
 
 
-def _exchange(path: str, body: bytes, timeout_s: float) -> tuple[dict[str, Any] | None, bool]:
-    """(answer, whether the request reached the wrapper). `_socket`, not `socket`: the client
-    is a fresh process on the agent's hot path, and `socket` pulls in enum and selectors."""
+AS_SENDING = -1.0  # exchange's reply timeout: the same as connecting and sending
+
+
+def exchange(
+    path: str, body: bytes, timeout_s: float, reply_timeout_s: float | None = AS_SENDING
+) -> tuple[dict[str, Any] | None, bool]:
+    """Send `body` to the server at `path`, then read its JSON answer: (answer, whether the
+    request reached the server). `reply_timeout_s`: how long the answer may take once sent
+    (AS_SENDING: `timeout_s`, as connecting and sending; None: no limit). `_socket`, not
+    `socket`: the publish client is a fresh process on the agent's hot path, and `socket` pulls
+    in enum and selectors."""
     import _socket  # _socket: only when a request is sent (the docstring says why not socket)
 
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -244,6 +276,8 @@ def _exchange(path: str, body: bytes, timeout_s: float) -> tuple[dict[str, Any] 
         try:
             sock.sendall(body)
             sock.shutdown(_socket.SHUT_WR)
+            if reply_timeout_s != AS_SENDING:
+                sock.settimeout(reply_timeout_s)
             while chunk := sock.recv(65536):
                 chunks.append(chunk)
         except OSError:

@@ -20,12 +20,12 @@ import os
 import select
 import signal
 import socket
-import struct
 import sys
 from collections.abc import Callable
 from typing import NoReturn
 
 from delegate.adapters.mcp_handover import HANDED_FDS, STARTED, socket_path
+from delegate.adapters.publish_socket import listen_private, peer_uid
 from delegate.config import logsetup
 from delegate.config.settings import settings
 from delegate.core.errors import UsageError, guarded
@@ -36,25 +36,6 @@ log = logsetup.get_logger(__name__)
 POLL_S = 1.0  # how often it checks that its wrapper is still there
 HANDOVER_TIMEOUT_S = 5.0  # a client that connects and sends nothing frees the zygote after this
 BACKLOG = 16
-
-
-def listen(path: str) -> socket.socket:
-    """A Unix socket at `path` only this user may open (0600)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        listener.bind(path)
-    finally:
-        os.umask(old)
-    listener.listen(BACKLOG)
-    return listener
-
-
-def peer_uid(conn: socket.socket) -> int:
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
 
 
 def serve_forever(listener: socket.socket, serving: Callable[[], int], job_id: str) -> None:
@@ -144,7 +125,7 @@ def main() -> int:
         raise UsageError("no private place for the warm MCP server's socket")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the children
     signal.signal(signal.SIGTERM, stop)
-    listener = listen(path)
+    listener = listen_private(path, BACKLOG)
     try:
         # the MCP SDK (seconds): what this process is for, loaded after it listens (see above)
         from delegate.entry.mcp_server import identify, prepare, serve

@@ -19,13 +19,13 @@ import contextlib
 import json
 import os
 import socket
-import struct
 import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
+from delegate.adapters.publish_socket import listen_private, peer_uid, read_request
 from delegate.config.settings import warm_s
 from delegate.core.errors import DelegateError, guarded
 from delegate.services import class_archive
@@ -43,7 +43,6 @@ from delegate.services.warm_report import READY_BYTE, fingerprint
 USAGE = "usage: python -m delegate.runtime.report_server SOCKET READY_FD"
 TICK_S = 5.0  # how often an idle server looks whether it is still wanted
 REQUEST_TIMEOUT_S = 10.0  # a client that sends nothing frees the server after this
-MAX_REQUEST = 1024 * 1024
 
 
 class ReportServer:
@@ -56,16 +55,9 @@ class ReportServer:
         self.idle_s = idle_s
         self.fingerprint = fingerprint(dict(state.env))
         self.spark: Any = None
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.inode = 0
-
-    def listen(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()  # a dead server's; starting one is serialized (warm_report)
-        self.listener.bind(str(self.path))
-        os.chmod(self.path, 0o600)
-        self.listener.listen(16)
-        self.inode = os.stat(self.path).st_ino
+        # a dead server's socket there is replaced: starting one is serialized (warm_report)
+        self.listener = listen_private(str(path))
+        self.inode = os.stat(path).st_ino
 
     def serve(self) -> None:
         """Answer reports until it is time to end (module doc)."""
@@ -157,17 +149,9 @@ class ReportServer:
 
 
 def _read_request(conn: socket.socket) -> dict[str, Any]:
-    uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
-    if uid != os.getuid():
+    if peer_uid(conn) != os.getuid():
         raise ValueError("from another user")
-    chunks: list[bytes] = []
-    size = 0
-    while chunk := conn.recv(1 << 16):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > MAX_REQUEST:
-            raise ValueError("too large")
-    request = json.loads(b"".join(chunks))
+    request = json.loads(read_request(conn))
     if not isinstance(request, dict):
         raise ValueError("not a JSON object")
     return request
@@ -188,7 +172,6 @@ def main(argv: list[str] | None = None) -> int:
     def serve() -> int:
         state = State.open()
         server = ReportServer(state, path, check_requirements(dict(state.env)), warm_s(state.env))
-        server.listen()
         try:
             os.write(ready_fd, READY_BYTE)
             os.close(ready_fd)

@@ -21,11 +21,9 @@ Nothing here loads PySpark: the client only looks that it is installed.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -33,8 +31,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from delegate.adapters.publish_socket import socket_path
-from delegate.core.errors import DelegateError
+from delegate.adapters.publish_socket import exchange, socket_path
 from delegate.services.state import State
 
 SERVER_MODULE = "delegate.runtime.report_server"
@@ -42,7 +39,6 @@ READY_BYTE = b"r"
 SOCKET_FILE = "report.sock"
 START_LOCK = "report-server.lock"
 CONNECT_TIMEOUT_S = 5.0
-MAX_ANSWER = 256 * 1024 * 1024
 PACKAGE = Path(__file__).resolve().parent.parent
 # What the server's Spark and its code depend on (besides the code itself, see fingerprint).
 _ENV_PREFIXES = ("JAVA", "SPARK", "PYSPARK", "HADOOP", "PYTHON", "LD_")
@@ -105,39 +101,10 @@ def report(state: State, plan: dict[str, Any], log: Path) -> dict[str, Any] | No
 def ask(path: Path, request: dict[str, Any]) -> dict[str, Any] | None:
     """The server's answer, or None when none listens at `path` or it went away before
     answering (a report can be asked again: it writes the same files)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(CONNECT_TIMEOUT_S)
-        try:
-            conn.connect(str(path))
-            conn.sendall(json.dumps(request).encode() + b"\n")
-            conn.shutdown(socket.SHUT_WR)
-        except OSError:  # none there, a stale socket file, or one that is closing
-            return None
-        conn.settimeout(None)  # a report takes as long as it takes
-        data = _read_all(conn)
-    if not data:
-        return None
-    try:
-        answer = json.loads(data)
-    except ValueError:
-        raise DelegateError("the warm report server gave an answer that is not JSON") from None
-    if not isinstance(answer, dict):
-        raise DelegateError("the warm report server gave an answer that is not an object")
+    body = json.dumps(request).encode()
+    # no limit on the answer's time: a report takes as long as it takes
+    answer, _ = exchange(str(path), body, CONNECT_TIMEOUT_S, reply_timeout_s=None)
     return answer
-
-
-def _read_all(conn: socket.socket) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        while chunk := conn.recv(1 << 16):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_ANSWER:
-                raise DelegateError("the warm report server's answer is too large")
-    except ConnectionResetError:
-        return b""
-    return b"".join(chunks)
 
 
 def start_server(state: State, path: Path, log: Path) -> bool:
@@ -173,7 +140,5 @@ def stop(home: Path) -> bool:
     path = server_socket(home)
     if path is None:
         return False
-    with contextlib.suppress(DelegateError):
-        answer = ask(path, {"stop": True})
-        return bool(answer and answer.get("ok"))
-    return False
+    answer = ask(path, {"stop": True})
+    return bool(answer and answer.get("ok"))
