@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from delegate.config.statefiles import PUBLISH_SERVER_LOCK
 from delegate.services import warm_report
+from delegate.services.jobs import warm_publish
 from delegate.services.state import State
 
 
@@ -42,12 +44,15 @@ def _stop_report_servers_under(folder: Path, patterns: tuple[str, ...]) -> None:
         for analytics in folder.glob(pattern):
             if (analytics / warm_report.START_LOCK).exists():
                 warm_report.stop(analytics.parent)
+        for lock in folder.glob(pattern.replace("analytics", PUBLISH_SERVER_LOCK)):
+            warm_publish.stop(str(lock.parent))  # a state dir's warm publisher
 
 
 @pytest.fixture(autouse=True)
 def _stop_report_servers(request: pytest.FixtureRequest):
     """A report run by a test leaves its state dir's warm Spark waiting for the next one
-    (services/warm_report): stop the ones under the test's own tmp_path when it ends."""
+    (services/warm_report), a publish no wrapper served its state dir's warm publisher
+    (services/jobs/warm_publish): stop the ones under the test's own tmp_path when it ends."""
     yield
     tmp_path = request.node.funcargs.get("tmp_path")
     if tmp_path is not None:

@@ -100,12 +100,16 @@ sys.exit(code)
 """
 
 
+# A publish in its own process, with no warm server (services/jobs/warm_publish) to hand it to.
+DIRECT = {"DELEGATE_PUBLISH_WARM_S": "0"}
+
+
 def test_a_direct_publish_loads_neither_json_nor_openssl_nor_the_ending_path(home: Path):
     job_id = run_cli(home, "register", "--cmd", "true").stdout.strip()
-    run_cli(home, "publish", "--job", job_id, "--event", "started")  # the bus exists
+    run_cli(home, "publish", "--job", job_id, "--event", "started", env=DIRECT)  # the bus exists
     done = subprocess.run(
         [sys.executable, "-c", LIGHT_PROBE, "publish", "--job", job_id, "--event", "progress"],
-        env=cli_env(home),
+        env=cli_env(home, DIRECT),
         capture_output=True,
         text=True,
         timeout=60,
@@ -114,8 +118,9 @@ def test_a_direct_publish_loads_neither_json_nor_openssl_nor_the_ending_path(hom
     assert json.loads(done.stdout)["seq"] == 2
     assert json.loads(done.stderr.strip().splitlines()[-1].removeprefix("LOADED ")) == []
     # a terminal event loads the ending path, and the job ends
-    run_cli(home, "publish", "--job", job_id, "--event", "completed")
+    run_cli(home, "publish", "--job", job_id, "--event", "completed", env=DIRECT)
     assert State.open(env=cli_env(home)).registry.get(job_id).status.value == "completed"
+    assert not (home / "publish.sock").exists()  # no server was started
 
 
 def test_a_cron_run_whose_job_exists_loads_nothing_heavy(home: Path, tmux_env, tmp_path: Path):
@@ -282,19 +287,23 @@ def test_a_direct_publish_and_a_hook_end_without_the_teardown_unless_exit_has_wo
     publish = ("publish", "--job", job_id, "--event")
     # the first publish of a state dir makes the bus's schema (tenacity, with logging): the
     # normal exit then; every later one only writes
-    assert "TORN DOWN" in _teardown_probe(home, "-", *publish, "started").stderr
-    fast = _teardown_probe(home, "-", *publish, "progress", "--detail", "step one")
+    assert "TORN DOWN" in _teardown_probe(home, "-", *publish, "started", env=DIRECT).stderr
+    fast = _teardown_probe(home, "-", *publish, "progress", "--detail", "step one", env=DIRECT)
     assert fast.returncode == 0, fast.stderr
     assert "TORN DOWN" not in fast.stderr
     assert json.loads(fast.stdout) == {"job_id": job_id, "seq": 2, "event": "progress"}
     state = State.open(env=cli_env(home))
     assert state.registry.get(job_id).last_seq == 2  # the record's change is on disk
     hook = _teardown_probe(
-        home, "-", "hook", env={"DELEGATE_JOB_ID": job_id}, stdin='{"hook_event_name": "Stop"}'
+        home,
+        "-",
+        "hook",
+        env={**DIRECT, "DELEGATE_JOB_ID": job_id},
+        stdin='{"hook_event_name": "Stop"}',
     )
     assert hook.returncode == 0 and "TORN DOWN" not in hook.stderr, hook.stderr
     for work in ("thread", "atexit"):  # the normal exit: the thread joined, the handler run
-        normal = _teardown_probe(home, work, *publish, "progress")
+        normal = _teardown_probe(home, work, *publish, "progress", env=DIRECT)
         assert normal.returncode == 0 and "TORN DOWN" in normal.stderr, work
     assert "AT EXIT" in normal.stderr
     published = state.audit.read_events(job_id, "published")
@@ -305,7 +314,9 @@ def test_a_direct_publish_and_a_hook_end_without_the_teardown_unless_exit_has_wo
     sub.close()
     bus.close()
     assert on_bus == [1, 2, 3, 4, 5]  # each committed to the bus
-    refused = _teardown_probe(home, "-", "publish", "--job", "nope", "--event", "progress")
+    refused = _teardown_probe(
+        home, "-", "publish", "--job", "nope", "--event", "progress", env=DIRECT
+    )
     assert refused.returncode != 0 and "TORN DOWN" not in refused.stderr
     assert "nope" in refused.stderr  # stderr flushed too
     assert state.registry.get(job_id).status.value == "running"

@@ -41,21 +41,33 @@ def socket_path(folder: Path, key: str, name: str = "publish.sock") -> Path | No
     """Where a private server listens: `folder/name` (for the wrapper of job `key`: its log
     folder), or `key.sock` in a private temp folder when that path is too long for a Unix
     socket. None when no safe place exists."""
-    import tempfile  # tempfile, pathlib: the wrapper's side; the client stays light (see above)
-    from pathlib import Path  # as tempfile
+    from pathlib import Path  # pathlib: the servers' side; the client stays light (see above)
 
-    candidate = folder / name
+    text = socket_path_text(str(folder), key, name)
+    return None if text is None else Path(text)
+
+
+def socket_path_text(folder: str, key: str, name: str) -> str | None:
+    """`socket_path` as text, for a client that cannot spare pathlib (a fresh publish)."""
+    candidate = os.path.join(folder, name)
     if len(os.fsencode(candidate)) < _MAX_PATH:
         return candidate
-    private = Path(tempfile.gettempdir()) / f"delegate-{os.getuid()}"
+    import tempfile  # tempfile: only for a path too long for a socket, which is rare
+
+    private = os.path.join(tempfile.gettempdir(), f"delegate-{os.getuid()}")
     try:
-        private.mkdir(mode=0o700, exist_ok=True)
-        info = private.stat()
+        os.mkdir(private, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        info = os.stat(private)
     except OSError:
         return None
     if info.st_uid != os.getuid() or (info.st_mode & 0o077):
         return None  # someone else's folder, or readable by others: do not use it
-    candidate = private / f"{key}.sock"
+    candidate = os.path.join(private, f"{key}.sock")
     return candidate if len(os.fsencode(candidate)) < _MAX_PATH else None
 
 
@@ -66,11 +78,9 @@ def socket_path(folder: Path, key: str, name: str = "publish.sock") -> Path | No
 def listen_private(path: str, backlog: int = 16) -> socket.socket:
     """A Unix socket listening at `path` (a stale one there removed), 0600 from the moment it
     exists: bound under a umask, not chmod-ed after."""
-    import contextlib  # contextlib, socket: the servers'; a client (a fresh `delegate
-    import socket  # publish`) never binds
+    import socket  # socket: the servers'; a client (a fresh `delegate publish`) never binds
 
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+    _unlink(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:
@@ -101,6 +111,15 @@ def read_request(conn: socket.socket, limit: int = MAX_REQUEST) -> bytes:
     return b"".join(chunks)
 
 
+def _unlink(path: Path | str) -> None:
+    """Remove a socket file that may be gone already (contextlib.suppress would cost the
+    client's import of this module ~2 ms)."""
+    try:  # noqa: SIM105 - the docstring says why not contextlib
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 class _Pending:
     """A request being answered, which a retry of it (same id) waits for."""
 
@@ -116,9 +135,22 @@ class _Pending:
 
 
 class PublishServer:
-    """Serves publish requests for one job from a daemon thread, one at a time."""
+    """Serves publish requests from a daemon thread, each connection on a thread of its own.
 
-    def __init__(self, path: Path, handler: Any, *, owner: tuple[int, int] | None = None) -> None:
+    `ends_when(idle_s)`: for a server that ends by itself (the state dir's publish server),
+    asked every `tick_s` with the seconds since the last connection; once it says so, the
+    server stops listening (see `_end_listening`) and `wait()` returns when every request taken
+    is answered. Without it the server listens until `close()` (the wrapper's)."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        handler: Any,
+        *,
+        owner: tuple[int, int] | None = None,
+        ends_when: Any = None,
+        tick_s: float = 1.0,
+    ) -> None:
         """`owner` (uid, gid): an agent running as another user; the socket becomes theirs,
         and only they and this process's user may talk to it (checked per connection)."""
         import threading  # threading, OrderedDict: the server's, in the wrapper; a client
@@ -131,22 +163,71 @@ class PublishServer:
         self._pending: dict[str, _Pending] = {}  # request id -> its first, still being answered
         self._peers = {os.getuid(), owner[0]} if owner else {os.getuid()}
         self._sock = listen_private(str(path))
+        self._inode = os.stat(path).st_ino
         if owner is not None:
             os.chown(path, *owner)
+        self._ends_when = ends_when
+        self._talks: list[threading.Thread] = []
+        self.last_active = time.monotonic()
+        if ends_when is not None:
+            self._sock.settimeout(tick_s)
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
-        import threading  # the server's (as in __init__)
-
         while True:
             try:
                 conn, _ = self._sock.accept()
+            except TimeoutError:
+                if self._ends_when(time.monotonic() - self.last_active):
+                    self._end_listening()
+                    return
+                continue
             except OSError:
                 return  # closed
-            # each connection on a thread of its own: a permission request waits minutes for
-            # its decision, and the agent's other reports must not wait behind it
-            threading.Thread(target=self._talk, args=(conn,), daemon=True).start()
+            self.last_active = time.monotonic()
+            self._talk_on_thread(conn)
+            if self._ends_when is not None and self._ends_when(0.0):
+                self._end_listening()  # asked to end (a stop, a stale client), or not wanted
+                return
+
+    def _talk_on_thread(self, conn: socket.socket) -> None:
+        import threading  # the server's (as in __init__)
+
+        # each connection on a thread of its own: a permission request waits minutes for
+        # its decision, and the agent's other reports must not wait behind it
+        talk = threading.Thread(target=self._talk, args=(conn,), daemon=True)
+        self._talks = [*(t for t in self._talks if t.is_alive()), talk]
+        talk.start()
+
+    def _end_listening(self) -> None:
+        """Stop listening without dropping a request: once the socket's path is gone no client
+        can connect (it then publishes by itself), and the connections already queued are
+        still taken and answered."""
+        if self.owns_path():
+            _unlink(self.path)
+        self._sock.setblocking(False)
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:  # BlockingIOError: none left
+                break
+            conn.setblocking(True)
+            self._talk_on_thread(conn)
+        self._sock.close()
+
+    def owns_path(self) -> bool:
+        """Whether the socket at the path is still this server's (not removed nor replaced)."""
+        try:
+            return os.stat(self.path).st_ino == self._inode
+        except OSError:
+            return False
+
+    def wait(self) -> None:
+        """Until the server stopped listening by itself and answered what it took."""
+        self._thread.join()
+        for talk in self._talks:
+            talk.join()
 
     def _talk(self, conn: socket.socket) -> None:
         with conn:
@@ -206,7 +287,7 @@ class PublishServer:
         try:
             self._sock.close()
         finally:
-            self.path.unlink(missing_ok=True)
+            _unlink(self.path)
 
 
 def through_wrapper(payload: dict[str, Any]) -> bool:

@@ -43,6 +43,7 @@ TMUX_TMPDIR_ENV = "TMUX_TMPDIR"
 COLUMNS_ENV = "COLUMNS"
 JAVA_HOME_ENV = "JAVA_HOME"
 REPORT_WARM_ENV = "DELEGATE_REPORT_WARM_S"
+PUBLISH_WARM_ENV = "DELEGATE_PUBLISH_WARM_S"
 PATH_ENV = "PATH"
 # What an agent gets of its submitter's environment besides PATH (services/jobs/agent_env).
 AGENT_BASE_ENV = ("HOME", "USER", "LANG", "TERM", "TZ", "SHELL")
@@ -51,6 +52,7 @@ DEFAULT_LOG_LEVEL = "WARNING"
 DEFAULT_MQTT_PREFIX = "delegate"
 DEFAULT_TMUX_TMPDIR = "/tmp"  # noqa: S108 - where tmux itself looks
 DEFAULT_REPORT_WARM_S = 300.0
+DEFAULT_PUBLISH_WARM_S = 120.0
 
 
 class EnvVar:
@@ -136,6 +138,12 @@ ENV_VARS = (
         "seconds a report's Spark stays up, idle, for the next report; `0`: not at all",
     ),
     EnvVar(
+        PUBLISH_WARM_ENV,
+        f"`{DEFAULT_PUBLISH_WARM_S:g}`",
+        "seconds the state dir's publish server stays up, idle, for publishes no wrapper serves;"
+        " `0`: not at all",
+    ),
+    EnvVar(
         PATH_ENV,
         "",
         "the agent's PATH when its profile sets no `path`; where `report` finds `java`",
@@ -177,15 +185,26 @@ def state_home_text(env: Mapping[str, str]) -> str | None:
 def warm_s(env: Mapping[str, str]) -> float:
     """`$DELEGATE_REPORT_WARM_S` of `env`: how long a warm report server waits for the next
     report (services/warm_report); ConfigError for what is no number of seconds."""
-    text = env.get(REPORT_WARM_ENV, "").strip()
+    return _seconds(env, REPORT_WARM_ENV, DEFAULT_REPORT_WARM_S)
+
+
+def publish_warm_s(env: Mapping[str, str]) -> float:
+    """`$DELEGATE_PUBLISH_WARM_S` of `env`: how long the state dir's publish server waits for
+    the next publish (services/jobs/warm_publish); ConfigError for what is no number of
+    seconds."""
+    return _seconds(env, PUBLISH_WARM_ENV, DEFAULT_PUBLISH_WARM_S)
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name, "").strip()
     if not text:
-        return DEFAULT_REPORT_WARM_S
+        return default
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not 0 <= value < float("inf"):  # NaN too
-        raise ConfigError(f"{REPORT_WARM_ENV}={text!r} is not a number of seconds (0 or more)")
+        raise ConfigError(f"{name}={text!r} is not a number of seconds (0 or more)")
     return value
 
 

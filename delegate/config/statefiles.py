@@ -14,3 +14,6 @@ COORD_DB = "coord.db"
 CRON_BOOK = "cron.json"
 GROUPS_BOOK = "groups.json"
 WORKTREES_DIR = "worktrees"  # a job's own git worktree: worktrees/<repo name>/<job id>
+PUBLISH_SERVER_SOCKET = "publish.sock"  # the warm publish server (runtime/publish_server)
+PUBLISH_SERVER_LOCK = "publish-server.lock"  # held by that server for its life
+PUBLISH_SERVER_LOG = "publish-server.log"  # its stdout and stderr

@@ -88,20 +88,41 @@ def _wrapper_socket(job: str | None) -> str | None:
 
 
 def _via_wrapper(args: dict[str, str | None]) -> int | None:
-    """Publish through the job's wrapper when one serves it; None to publish directly (no
+    """Publish through the job's wrapper when one serves it; None to publish otherwise (no
     wrapper, or it is gone: the request never left)."""
     path = _wrapper_socket(args["job"])
     if path is None:
         return None
     from delegate.adapters.publish_socket import request  # only where a wrapper serves the job
 
-    answer = request(path, args)
+    return _served(request(path, args))
+
+
+def _via_warm_server(args: dict[str, str | None]) -> int | None:
+    """Publish through the state dir's warm publish server (services/jobs/warm_publish) for a
+    job no wrapper serves; None to publish in this process (no server took it: one is started
+    for the next publish)."""
+    current = settings()
+    job = args["job"] or current.job_id
+    home = state_home_text(current.env)
+    if not is_job_id(job) or home is None:
+        return None  # the direct path says what is wrong with it
+    # warm_publish: only for a publish no wrapper took
+    from delegate.services.jobs import warm_publish
+
+    if not warm_publish.wanted(current.env):
+        return None
+    return _served(warm_publish.publish(home, current.env, {**args, "job": job}))
+
+
+def _served(answer: dict[str, object] | None) -> int | None:
+    """Print a server's answer as the direct path would; None when there was none."""
     if answer is None:
         return None
     if answer.get("ok"):
         print_receipt(answer.get("receipt"))
         return 0
-    say(answer.get("message", "publish failed"))
+    say(str(answer.get("message", "publish failed")))
     code = answer.get("exit_code")
     return code if isinstance(code, int) else 4
 
@@ -110,6 +131,8 @@ def main_publish(argv: list[str]) -> int:
     try:
         args = parse_publish_args(argv)
         served = _via_wrapper(args)
+        if served is None:
+            served = _via_warm_server(args)
         if served is not None:
             return served
         return run_publish(

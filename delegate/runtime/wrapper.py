@@ -50,7 +50,7 @@ from delegate.runtime.spending import Spending, stop_ladder
 from delegate.services.jobs import agent_env
 from delegate.services.jobs.approvals import ask
 from delegate.services.jobs.finish import AuditLine, end_by_event
-from delegate.services.jobs.publish import publish_event, publish_receipt, record_conversation
+from delegate.services.jobs.publish import answer_publish, publish_event, record_conversation
 from delegate.services.state import State
 
 log = logsetup.get_logger(__name__)
@@ -271,20 +271,7 @@ def _publish(state: State, job_id: str, request: dict[str, Any]) -> dict[str, An
             "message": f"this wrapper reports for job {job_id} only, not {asked!r}",
             "exit_code": 67,
         }
-    try:
-        receipt = publish_receipt(
-            state,
-            job=job_id,
-            event=str(request.get("event")),
-            detail=str(request.get("detail") or ""),
-            data=request.get("data"),
-        )
-    except DelegateError as exc:
-        return {"ok": False, "message": str(exc), "exit_code": exc.exit_code}
-    except Exception as exc:  # a bug must not kill the server; the client hears of it
-        log.error("publish request failed: %s", exc)
-        return {"ok": False, "message": f"internal error: {exc}", "exit_code": 70}
-    return {"ok": True, "receipt": receipt}
+    return answer_publish(state, job_id, request)
 
 
 def _permission(
