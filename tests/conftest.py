@@ -40,12 +40,13 @@ def spark():
 
 
 def _stop_report_servers_under(folder: Path, patterns: tuple[str, ...]) -> None:
+    for depth in range(len(patterns) + 2):  # a state dir's warm publisher, at most that deep
+        for lock in folder.glob("*/" * depth + PUBLISH_SERVER_LOCK):
+            warm_publish.stop(str(lock.parent))
     for pattern in patterns:
         for analytics in folder.glob(pattern):
             if (analytics / warm_report.START_LOCK).exists():
                 warm_report.stop(analytics.parent)
-        for lock in folder.glob(pattern.replace("analytics", PUBLISH_SERVER_LOCK)):
-            warm_publish.stop(str(lock.parent))  # a state dir's warm publisher
 
 
 @pytest.fixture(autouse=True)

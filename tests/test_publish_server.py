@@ -35,15 +35,22 @@ def _publish(home: Path, job: str, event: str, env: dict[str, str] | None = None
     return run_cli(home, *argv, env=env)
 
 
-def _probe(home: Path, job: str, env: dict[str, str] | None = None) -> tuple[int, bool]:
-    """A progress publish in a fresh process: (its exit, whether it loaded SQLite itself)."""
-    argv = ["publish", "--job", job, "--event", "progress", "--detail", "probe"]
+def _probe(
+    home: Path,
+    job: str | None,
+    env: dict[str, str] | None = None,
+    event: str = "progress",
+    cwd: Path | None = None,
+) -> tuple[int, bool]:
+    """A publish in a fresh process: (its exit, whether it loaded SQLite itself)."""
+    argv = ["publish", "--event", event, "--detail", "probe", *(["--job", job] if job else [])]
     done = subprocess.run(
-        [sys.executable, "-c", PUBLISH_PROBE, *argv],
+        [sys.executable, "-P", "-c", PUBLISH_PROBE, *argv],  # -P: not a `delegate/` in cwd
         env=cli_env(home, env),
         capture_output=True,
         text=True,
         timeout=60,
+        cwd=cwd,
     )
     assert done.returncode == 0, done.stderr
     return done.returncode, done.stderr.strip().splitlines()[-1] == "SQLITE True"
@@ -92,7 +99,8 @@ def test_the_first_publish_starts_a_server_that_takes_the_next_ones(home: Path):
     assert json.loads(done.stdout) == {"job_id": job, "seq": 3, "event": "progress"}
     refused = _publish(home, job, "nope")  # the server's refusals read as the direct path's
     assert refused.returncode == 64 and "unknown event 'nope'" in refused.stderr
-    assert _publish(home, job, "completed", detail="done").returncode == 0
+    # a job's last event is its own process's (ending it may start queued jobs)
+    assert _probe(home, job, event="completed") == (0, True)
     late = _publish(home, job, "progress")
     assert late.returncode != 0 and "cannot publish" in late.stderr
     assert _server_pids(home) == [pid]  # one server answered all of them
@@ -138,14 +146,17 @@ def test_another_environment_is_published_directly_and_replaces_the_server(home:
     job = _started(home)
     first = _serving(home)
     assert _probe(home, job) == (0, False)
+    # what publishing does not read changes nothing: another terminal, PATH, a job id
+    unread = {"TERM": "dumb", "COLUMNS": "33", "PATH": "/bin", "DELEGATE_JOB_ID": job}
+    assert _probe(home, job, unread) == (0, False)
     # a setting publishing reads: this client's server would not be that one
     other = {"DELEGATE_LOG_LEVEL": "ERROR"}
     assert _probe(home, job, other) == (0, True)  # told "stale", published by itself
     retry_until(lambda: first not in _server_pids(home))  # the old server left
     assert _probe(home, job, other) == (0, True)  # started the new one
-    retry_until(lambda: len(_server_pids(home)) == 1)
+    assert _serving(home) != first
     assert _probe(home, job, other) == (0, False)
-    assert _seqs(home, job) == [1, 2, 3, 4, 5]
+    assert _seqs(home, job) == [1, 2, 3, 4, 5, 6]
 
 
 def test_a_server_whose_code_changed_or_of_another_client_answers_stale_and_ends(state: State):
@@ -169,13 +180,17 @@ def test_no_server_without_warm_seconds_or_with_a_broker_password(home: Path):
     job = run_cli(home, "register", "--cmd", "true").stdout.strip()
     assert _publish(home, job, "started", env={"DELEGATE_PUBLISH_WARM_S": "0"}).returncode == 0
     assert _publish(home, job, "progress", env={"MQTT_PASSWORD": "hunter2"}).returncode == 0
+    in_url = {"DELEGATE_BUS": "mqtts://agent:hunter2@127.0.0.1:8883"}
+    assert _publish(home, job, "progress", env=in_url).returncode == 0
+    unknown = _publish(home, "0badf00d", "progress")  # a publish that failed starts none
+    assert unknown.returncode != 0
     assert not (home / "publish.sock").exists() and not _server_pids(home)
     bad = _publish(home, job, "progress", env={"DELEGATE_PUBLISH_WARM_S": "soon"})
     assert bad.returncode == 64 and bad.stdout == ""
     assert bad.stderr.strip().splitlines() == [
         "delegate: DELEGATE_PUBLISH_WARM_S='soon' is not a number of seconds (0 or more)"
     ]
-    assert _seqs(home, job) == [1, 2]  # the refused one recorded nothing
+    assert _seqs(home, job) == [1, 2, 3]  # the refused one recorded nothing
 
 
 def test_an_idle_server_ends_and_the_next_publish_starts_another(home: Path):
@@ -256,3 +271,56 @@ def test_publishes_stay_ordered_while_the_server_comes_and_goes(home: Path):
         time.sleep(pause)
         assert _publish(home, job, "progress", env=quick).returncode == 0
     assert _seqs(home, job) == list(range(1, 9))
+
+
+def test_the_server_is_nobodys_job_and_holds_no_folder(home: Path, tmp_path: Path):
+    """It runs in `/` with only what publishing reads: no job id (a job's stop would kill it),
+    no secret of its starter's, and not the `delegate/` folder the first publish ran in."""
+    job = run_cli(home, "register", "--cmd", "true").stdout.strip()
+    workdir = tmp_path / "checkout"
+    (workdir / "delegate").mkdir(parents=True)
+    (workdir / "delegate" / "__init__.py").write_text("raise SystemExit('the wrong delegate')\n")
+    first = {"DELEGATE_JOB_ID": job, "API_TOKEN": "sekrit", "DELEGATE_HOME": "state"}
+    done = subprocess.run(  # no --job, a relative state dir, stdin closed
+        ["sh", "-c", f"{sys.executable} -m delegate publish --event started 0<&-"],
+        env=cli_env(home, first),
+        cwd=workdir,  # where `state` is relative to: the state dir is `home` only for `home`
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and "the wrong delegate" in done.stderr  # -m finds it, we don't
+    (workdir / "delegate" / "__init__.py").write_text("")
+    (workdir / "state").symlink_to(home)
+    done = subprocess.run(
+        ["sh", "-c", f"{sys.executable} -P -m delegate publish --event started 0<&-"],
+        env=cli_env(home, first),
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    pid = retry_until(lambda: _server_pids(workdir / "state") or None)[0]
+    retry_until(lambda: (workdir / "state" / "publish.sock").exists())
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert not [e for e in environ if e.startswith((b"DELEGATE_JOB_ID=", b"API_TOKEN="))]
+    assert f"DELEGATE_HOME={workdir / 'state'}".encode() in environ  # made absolute
+    assert os.readlink(f"/proc/{pid}/cwd") == "/"
+    assert os.readlink(f"/proc/{pid}/fd/0") == "/dev/null"
+    fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    assert str(home / "publish-server.lock") in fds  # it holds its lock (`state` links there)
+    assert not any(str(workdir / "delegate") in path for path in fds)
+    # served from the checkout too, without --job
+    assert _probe(home, None, first, cwd=workdir) == (0, False)
+    assert _seqs(home, job) == [1, 2]
+
+
+def test_a_server_whose_socket_is_removed_ends(home: Path):
+    job = _started(home)
+    _serving(home)
+    (home / "publish.sock").unlink()
+    retry_until(lambda: not _server_pids(home), timeout=10)
+    assert _publish(home, job, "progress").returncode == 0  # by itself; starts a new one
+    _serving(home)
+    assert _probe(home, job) == (0, False)

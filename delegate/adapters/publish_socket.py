@@ -18,6 +18,7 @@ with the first receipt, so one request is one event whatever gets lost on the wa
 from __future__ import annotations
 
 import os
+import stat
 import time
 
 from delegate.config.settings import settings
@@ -34,6 +35,7 @@ MAX_REQUEST = 1024 * 1024
 CONNECTION_TIMEOUT_S = 10.0  # a client that stops talking frees the server after this
 REMEMBERED_ANSWERS = 1024
 ATTEMPTS = 3
+ENDING_GRACE_S = 0.1  # how long an ending server still takes connections after its path went
 _MAX_PATH = 100  # sun_path holds 108 bytes on Linux
 
 
@@ -62,10 +64,10 @@ def socket_path_text(folder: str, key: str, name: str) -> str | None:
     except OSError:
         return None
     try:
-        info = os.stat(private)
+        info = os.lstat(private)  # not a link planted there to a folder of someone else's
     except OSError:
         return None
-    if info.st_uid != os.getuid() or (info.st_mode & 0o077):
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or (info.st_mode & 0o077):
         return None  # someone else's folder, or readable by others: do not use it
     candidate = os.path.join(private, f"{key}.sock")
     return candidate if len(os.fsencode(candidate)) < _MAX_PATH else None
@@ -179,7 +181,8 @@ class PublishServer:
             try:
                 conn, _ = self._sock.accept()
             except TimeoutError:
-                if self._ends_when(time.monotonic() - self.last_active):
+                idle_s = time.monotonic() - self.last_active
+                if not self.owns_path() or self._ends_when(idle_s):
                     self._end_listening()
                     return
                 continue
@@ -206,13 +209,15 @@ class PublishServer:
         still taken and answered."""
         if self.owns_path():
             _unlink(self.path)
-        self._sock.setblocking(False)
+        # a client that looked the path up just before it went may join the queue a moment
+        # later: take connections until none came for a while
+        self._sock.settimeout(ENDING_GRACE_S)
         while True:
             try:
                 conn, _ = self._sock.accept()
-            except OSError:  # BlockingIOError: none left
+            except OSError:  # TimeoutError: none came
                 break
-            conn.setblocking(True)
+            conn.settimeout(None)
             self._talk_on_thread(conn)
         self._sock.close()
 
@@ -327,7 +332,7 @@ def request(
             time.sleep(0.05 * (attempt + 1))
     return {
         "ok": False,
-        "message": "the wrapper took the request but its answer was lost; not publishing again"
+        "message": "the server took the request but its answer was lost; not publishing again"
         f" (request {payload['request_id']})",
         "exit_code": 69,
     }

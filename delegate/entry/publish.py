@@ -19,7 +19,7 @@ from delegate.core.ids import is_job_id
 
 TYPE_CHECKING = False  # `typing` itself costs milliseconds on this path
 if TYPE_CHECKING:  # importing it for real costs the fast path; only the type checker needs it
-    pass
+    from delegate.services.jobs.warm_publish import WarmClient
 
 PUBLISH_OPTIONS = ("--job", "--event", "--detail", "--data")
 PERMISSION_WAIT_S = 7 * 24 * 3600.0  # the wrapper's [approvals] timeout ends the wait first
@@ -98,10 +98,9 @@ def _via_wrapper(args: dict[str, str | None]) -> int | None:
     return _served(request(path, args))
 
 
-def _via_warm_server(args: dict[str, str | None]) -> int | None:
-    """Publish through the state dir's warm publish server (services/jobs/warm_publish) for a
-    job no wrapper serves; None to publish in this process (no server took it: one is started
-    for the next publish)."""
+def _warm_client(args: dict[str, str | None]) -> WarmClient | None:
+    """The state dir's warm publisher (services/jobs/warm_publish) for a publish no wrapper
+    took, when this publish may go through one."""
     current = settings()
     job = args["job"] or current.job_id
     home = state_home_text(current.env)
@@ -110,9 +109,9 @@ def _via_warm_server(args: dict[str, str | None]) -> int | None:
     # warm_publish: only for a publish no wrapper took
     from delegate.services.jobs import warm_publish
 
-    if not warm_publish.wanted(current.env):
+    if args["event"] not in warm_publish.SERVED_EVENTS:
         return None
-    return _served(warm_publish.publish(home, current.env, {**args, "job": job}))
+    return warm_publish.client(home, current.env)
 
 
 def _served(answer: dict[str, object] | None) -> int | None:
@@ -131,16 +130,23 @@ def main_publish(argv: list[str]) -> int:
     try:
         args = parse_publish_args(argv)
         served = _via_wrapper(args)
-        if served is None:
-            served = _via_warm_server(args)
         if served is not None:
             return served
-        return run_publish(
+        warm = _warm_client(args)
+        if warm is not None:
+            job = args["job"] or settings().job_id
+            served = _served(warm.publish({**args, "job": job}))
+            if served is not None:
+                return served
+        code = run_publish(
             job=args["job"],
             event=str(args["event"]),
             detail=args["detail"] or "",
             data=args["data"],
         )
+        if warm is not None and warm.none_listening:
+            warm.start_server()  # for the next publish; this one is out
+        return code
     except DelegateError as exc:
         say(exc)
         return exc.exit_code

@@ -4,12 +4,14 @@ it, holding the state dir's publish-server.lock on LOCK_FD, which it keeps for i
 
 - It answers publish requests for any job of its state dir (publish_socket's protocol, the
   same answers as a wrapper's) with the registry, the audit log, the bus and HMAC loaded once.
+  A job's last event it leaves to its client (`{"direct": true}`; warm_publish says why).
+- It works in `/`, with the environment its starter gave it (warm_publish.server_env).
 - A request whose fingerprint is not the server's, or that arrives after the server's own code
   changed on disk, is answered `{"stale": true}` unpublished (its client publishes by itself),
   and the server ends.
 - It ends after `$DELEGATE_PUBLISH_WARM_S` idle seconds; when its socket is removed or replaced
   or its state dir is gone; on `{"op": "stop"}`. Ending, it stops listening first and answers
-  every request it already took, so no publish is lost or made twice.
+  every request that reached it, so no publish is lost or made twice.
 - Its stdout and stderr are the state dir's publish-server.log.
 """
 
@@ -27,11 +29,12 @@ from delegate.config.settings import publish_warm_s, state_home_text
 from delegate.core.errors import guarded
 from delegate.core.ids import is_job_id
 from delegate.services.jobs.publish import answer_publish
-from delegate.services.jobs.warm_publish import fingerprint
+from delegate.services.jobs.warm_publish import SERVED_EVENTS, fingerprint
 from delegate.services.state import State
 
 USAGE = "usage: python -m delegate.runtime.publish_server SOCKET LOCK_FD"
 STALE = {"ok": False, "stale": True, "message": "another server's request", "exit_code": 75}
+DIRECT = {"ok": False, "direct": True, "message": "publish it yourself", "exit_code": 75}
 
 
 class WarmPublisher:
@@ -54,6 +57,8 @@ class WarmPublisher:
         if request.pop("fingerprint", None) != self.fingerprint or self.code_changed():
             self.ending.set()  # the client starts a server of its own once this one is gone
             return STALE
+        if request.get("event") not in SERVED_EVENTS:
+            return DIRECT
         job = request.get("job")
         if not is_job_id(job):
             return {"ok": False, "message": f"not a job id: {job!r}", "exit_code": 64}
@@ -90,26 +95,20 @@ def _loaded_code() -> dict[str, int]:
     return code
 
 
-def _close_inherited(keep: int) -> None:
-    """Close what the starting publish's own caller let it inherit (a pipe a script waits on
-    for EOF must not stay open for minutes in here)."""
-    os.closerange(3, keep)
-    os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or not argv[1].isdigit():
         print(USAGE, file=sys.stderr)
         return 64
     path, lock = argv[0], int(argv[1])
-    _close_inherited(lock)
+    os.chdir("/")  # nobody's folder: a worktree it started in can be cleaned
 
     def serve() -> int:
         state = State.open()
         publisher = WarmPublisher(state, publish_warm_s(state.env))
         try:
-            PublishServer(path, publisher.answer, ends_when=publisher.ends).wait()
+            tick_s = min(1.0, max(publisher.idle_s / 2, 0.05))
+            PublishServer(path, publisher.answer, ends_when=publisher.ends, tick_s=tick_s).wait()
         finally:
             publisher.close()
         return 0

@@ -158,8 +158,10 @@ def _send(
     try:
         bus.publish(job.job_id, payload, retain=retain)
     except DelegateError:
-        if kept.pop(url, None) is bus:  # opened again for the next publish
-            bus.close()
+        # opened again for the next publish; not closed here, as another thread may be
+        # publishing on it: it closes when the last of them lets go of it
+        if kept.get(url) is bus:
+            kept.pop(url, None)
         raise
 
 

@@ -9,14 +9,22 @@ server for the state dir, which keeps them loaded, and publishes by itself meanw
 ones hand their request to the server. It ends after `$DELEGATE_PUBLISH_WARM_S` idle seconds
 (`0`: no server is started).
 
-- One server per state dir: the client that takes the state dir's `publish-server.lock` (flock)
-  starts it and hands the lock down to it, which holds it for its life; a client that cannot
-  take the lock starts none. No client waits for a server to start.
-- A request carries a fingerprint: the Python, the state dir, and every setting publishing
-  reads. A server of another fingerprint, or whose own code changed on disk since it started,
-  answers `{"stale": true}` without publishing and ends; the client publishes by itself.
-- Broker passwords never go on a socket: a client that has one in its environment publishes by
-  itself.
+- It serves `started`, `progress` and `permission_required`. A job's last event (`completed`,
+  `error`) is published by its own process: ending a job may start queued ones, which must get
+  the environment of whoever ended it, not the server's.
+- One server per state dir: a client whose publish went through by itself, and found no server
+  listening, takes the state dir's `publish-server.lock` (flock) and starts one, handing the
+  lock down to it, which holds it for its life; a client that cannot take the lock starts
+  none. No client waits for a server to start.
+- The server gets only the settings publishing reads (and Python's own), the state dir and
+  relative paths made absolute, and works in `/`: it is nobody's job's process, and holds no
+  folder of anyone's. It runs with `python -P`, so a `delegate/` folder where the first
+  publish ran is not imported in its place.
+- A request carries a fingerprint: the Python and the package folder, and that environment. A
+  server of another fingerprint, or whose own code changed on disk since it started, answers
+  `{"stale": true}` without publishing and ends; the client publishes by itself.
+- Broker passwords never go on a socket: a client that has one in its environment (or in its
+  bus URL) publishes by itself. Linux only (the server checks its peer's uid).
 
 Nothing here imports more than the publish client already has: the client's whole point is
 not to load what the server keeps loaded.
@@ -27,21 +35,22 @@ from __future__ import annotations
 import os
 import sys
 
+import delegate
 from delegate.adapters.publish_socket import request, socket_path_text
 from delegate.config.settings import (
     AGENT_MQTT_PASSWORD_ENV,
-    COLUMNS_ENV,
+    BUS_ENV,
     CONFIG_ENV,
-    ENV_VARS,
     HOME_ENV,
-    JOB_ENV,
+    LOG_LEVEL_ENV,
     MQTT_CA_CERTS_ENV,
     MQTT_CERTFILE_ENV,
     MQTT_KEYFILE_ENV,
     MQTT_PASSWORD_ENV,
-    PUBLISH_SOCKET_ENV,
+    MQTT_PREFIX_ENV,
+    MQTT_USERNAME_ENV,
     PUBLISH_WARM_ENV,
-    REPORT_WARM_ENV,
+    XDG_STATE_ENV,
     publish_warm_s,
 )
 from delegate.config.statefiles import (
@@ -56,24 +65,47 @@ if TYPE_CHECKING:  # typing costs the fresh publish milliseconds
     from typing import Any
 
 SERVER_MODULE = "delegate.runtime.publish_server"
-# Read by no publish: the terminal's, the job's (the request names it), the servers' own.
-_NOT_PUBLISHING = frozenset(
-    (COLUMNS_ENV, "TERM", JOB_ENV, PUBLISH_SOCKET_ENV, REPORT_WARM_ENV, PUBLISH_WARM_ENV)
+SERVED_EVENTS = ("started", "progress", "permission_required")  # not a job's last (module doc)
+PACKAGE_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(delegate.__file__)))
+# What the server's publishing reads (besides Python's own PYTHON* settings and HOME, for `~`).
+_SERVER_VARS = (
+    XDG_STATE_ENV,
+    BUS_ENV,
+    CONFIG_ENV,
+    LOG_LEVEL_ENV,
+    MQTT_PREFIX_ENV,
+    MQTT_USERNAME_ENV,
+    MQTT_CA_CERTS_ENV,
+    MQTT_CERTFILE_ENV,
+    MQTT_KEYFILE_ENV,
+    "HOME",
 )
+_PATHS = (CONFIG_ENV, MQTT_CA_CERTS_ENV, MQTT_CERTFILE_ENV, MQTT_KEYFILE_ENV)
 _PASSWORDS = (MQTT_PASSWORD_ENV, AGENT_MQTT_PASSWORD_ENV)
-# Paths that mean another file from another folder when they are relative.
-_PATHS = (HOME_ENV, CONFIG_ENV, MQTT_CA_CERTS_ENV, MQTT_CERTFILE_ENV, MQTT_KEYFILE_ENV)
+_LOG_LIMIT = 1 << 20  # a server log past this is started afresh
+
+
+def server_env(home: str, env: Mapping[str, str]) -> dict[str, str]:
+    """The environment a server of the state dir `home` runs with, from a client's `env`."""
+    kept = {name: env[name] for name in _SERVER_VARS if env.get(name)}
+    kept.update((name, value) for name, value in env.items() if name.startswith("PYTHON"))
+    for name in _PATHS:
+        if name in kept:
+            kept[name] = os.path.abspath(kept[name])
+    kept[HOME_ENV] = home
+    if env.get(PUBLISH_WARM_ENV):
+        kept[PUBLISH_WARM_ENV] = env[PUBLISH_WARM_ENV]
+    return kept
 
 
 def fingerprint(home: str, env: Mapping[str, str]) -> list[Any]:
     """What a server must share with a client to publish for it (see the module doc)."""
-    relative = any(env.get(name) and not os.path.isabs(env[name]) for name in _PATHS)
     settings = [
-        [var.name, env[var.name]]
-        for var in ENV_VARS
-        if var.name in env and var.name not in _NOT_PUBLISHING
+        [name, value]
+        for name, value in sorted(server_env(home, env).items())
+        if name != PUBLISH_WARM_ENV  # the server's own life, not how it publishes
     ]
-    return [sys.executable, home, os.getcwd() if relative else "", settings]
+    return [sys.executable, PACKAGE_FOLDER, settings]  # lists, as they come back from JSON
 
 
 def server_socket(home: str) -> str | None:
@@ -84,77 +116,119 @@ def server_socket(home: str) -> str | None:
     return socket_path_text(home, key, PUBLISH_SERVER_SOCKET)
 
 
-def wanted(env: Mapping[str, str]) -> bool:
-    """Whether publishes of this environment may go through a server: not when none is to be
-    kept (`$DELEGATE_PUBLISH_WARM_S` 0; ConfigError when it is no number of seconds), nor when
-    the environment holds a broker password."""
-    return publish_warm_s(env) > 0 and not any(env.get(name) for name in _PASSWORDS)
+class WarmClient:
+    """One publish's side of the state dir's server: ask it, else start it afterwards."""
 
+    def __init__(self, home: str, env: Mapping[str, str]) -> None:
+        self.home = os.path.normpath(home)
+        self.env = server_env(self.home, env)
+        self.path = server_socket(self.home)
+        self.none_listening = False  # no server answered: start one once the publish is out
 
-def publish(home: str, env: Mapping[str, str], args: dict[str, Any]) -> dict[str, Any] | None:
-    """The server's answer to a publish for the job `args["job"]`; None when no server took it
-    (none runs, or it runs for another fingerprint): the caller publishes by itself, and a
-    server is started for the next publish when none runs."""
-    path = server_socket(home)
-    if path is None:
-        return None
-    asked = {**args, "fingerprint": fingerprint(home, env)}
-    answer = request(path, asked)
-    if answer is None:
-        start_server(home, path, env)
-        return None
-    return None if answer.get("stale") else answer
+    def publish(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        """The server's answer to a publish; None when no server took it (none listens, or it
+        runs for another fingerprint): the caller publishes by itself."""
+        if self.path is None:
+            return None
+        asked = {**args, "fingerprint": fingerprint(self.home, self.env)}
+        # One attempt: a retry could reach a server started since, which would publish it
+        # again; an answer lost after sending is an error (exit 69), never a second event.
+        answer = request(self.path, asked, attempts=1)
+        if answer is None:
+            self.none_listening = True
+            return None
+        return None if answer.get("stale") or answer.get("direct") else answer
 
+    def start_server(self) -> bool:
+        """Start the server unless one runs or starts (its lock is taken); True when one was
+        started. It is not waited for."""
+        import fcntl  # fcntl: only the client that starts a server takes its lock
 
-def start_server(home: str, path: str, env: Mapping[str, str]) -> bool:
-    """Start the server of `home` at `path` unless one runs or starts (its lock is taken);
-    True when one was started. It is not waited for."""
-    import fcntl  # fcntl: only the client that starts a server takes its lock
-
-    try:
-        lock = os.open(os.path.join(home, PUBLISH_SERVER_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError:
-        return False  # no state dir yet: the direct publish says what is wrong
-    try:
+        path = self.path
+        if path is None:
+            return False
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            lock_path = os.path.join(self.home, PUBLISH_SERVER_LOCK)
+            opened = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError:
-            return False  # a server runs, or is starting
-        return _spawn(home, path, lock, env)
-    finally:
-        os.close(lock)  # the server holds the lock through its own copy of the descriptor
+            return False  # no state dir
+        try:
+            # at 3 or above: a caller that closed stdin or stdout gave this process those
+            # numbers, which the server's /dev/null and log take over
+            lock = fcntl.fcntl(opened, fcntl.F_DUPFD_CLOEXEC, 3)
+        finally:
+            os.close(opened)
+        try:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return False  # a server runs, or is starting
+            return self._spawn(path, lock)
+        finally:
+            os.close(lock)  # the server holds the lock through its own copy of the descriptor
 
+    def _spawn(self, path: str, lock: int) -> bool:
+        """The server, detached: a session of its own, stdin from /dev/null, its output to the
+        state dir's publish-server.log, the locked descriptor `lock`, and no other descriptor
+        of this process or its caller (a pipe a script waits on must not stay open in it)."""
+        import fcntl  # as start_server
 
-def _spawn(home: str, path: str, lock: int, env: Mapping[str, str]) -> bool:
-    """The server, detached (a session of its own, stdin from /dev/null, its output to the
-    state dir's publish-server.log), with the locked descriptor `lock`."""
-    log = os.open(
-        os.path.join(home, PUBLISH_SERVER_LOG), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600
-    )
-    try:
-        os.set_inheritable(lock, True)
-        argv = [sys.executable, "-m", SERVER_MODULE, path, str(lock)]
-        os.posix_spawn(
-            sys.executable,
-            argv,
-            dict(env),
-            file_actions=[
+        log_path = os.path.join(self.home, PUBLISH_SERVER_LOG)
+        try:
+            fresh = os.path.getsize(log_path) > _LOG_LIMIT
+        except OSError:
+            fresh = False
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if fresh else 0)
+        try:
+            opened = os.open(log_path, flags, 0o600)
+        except OSError:
+            return False
+        log = fcntl.fcntl(opened, fcntl.F_DUPFD_CLOEXEC, 3)  # as the lock (start_server)
+        os.close(opened)
+        try:
+            os.set_inheritable(lock, True)
+            argv = [sys.executable, "-P", "-m", SERVER_MODULE, path, str(lock)]
+            actions = [
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_DUP2, log, 1),
                 (os.POSIX_SPAWN_DUP2, log, 2),
-            ],
-            setsid=True,  # outlives the publish that started it, and its terminal
-        )
-    except OSError:
-        return False
-    finally:
-        os.close(log)
-    return True
+                *((os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited(keep=lock)),
+            ]
+            os.posix_spawn(sys.executable, argv, self.env, file_actions=actions, setsid=True)
+        except (OSError, NotImplementedError):
+            return False
+        finally:
+            os.close(log)
+        return True
+
+
+def _inherited(keep: int) -> list[int]:
+    """This process's descriptors from 3 up that a program it starts would inherit."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if fd >= 3 and fd != keep and os.get_inheritable(fd):
+                found.append(fd)
+        except OSError:
+            continue  # the listing's own descriptor, closed since
+    return found
+
+
+def client(home: str, env: Mapping[str, str]) -> WarmClient | None:
+    """A client for the server of `home`, or None when publishes of this environment do not go
+    through one: `$DELEGATE_PUBLISH_WARM_S` is 0 (ConfigError when it is no number of
+    seconds), a broker password is in the environment or the bus URL, or not on Linux."""
+    if publish_warm_s(env) == 0 or not sys.platform.startswith("linux"):
+        return None
+    if any(env.get(name) for name in _PASSWORDS) or "@" in env.get(BUS_ENV, ""):
+        return None
+    return WarmClient(home, env)
 
 
 def stop(home: str) -> bool:
     """Ask the publish server of the state dir `home` to end; True when one was there and
     said so (it ends once it answered what it took)."""
-    path = server_socket(home)
+    path = server_socket(os.path.normpath(home))
     answer = None if path is None else request(path, {"op": "stop"}, attempts=1)
     return bool(answer and answer.get("ok"))
