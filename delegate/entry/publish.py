@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+from delegate.adapters.publish_socket import request, socket_path_text, through_wrapper
 from delegate.config.settings import settings, state_home_text
 from delegate.config.statefiles import LOGS_DIR
 from delegate.core import (
@@ -83,8 +84,9 @@ def _wrapper_socket(job: str | None) -> str | None:
     home = state_home_text(current.env)
     if home is None:
         return None
-    path = os.path.join(home, LOGS_DIR, job, "publish.sock")
-    return path if os.path.exists(path) else None
+    # where the wrapper serves: its log folder, or a private temp folder for a path too long
+    path = socket_path_text(os.path.join(home, LOGS_DIR, job), job, "publish.sock")
+    return path if path is not None and os.path.exists(path) else None
 
 
 def _via_wrapper(args: dict[str, str | None]) -> int | None:
@@ -93,8 +95,6 @@ def _via_wrapper(args: dict[str, str | None]) -> int | None:
     path = _wrapper_socket(args["job"])
     if path is None:
         return None
-    from delegate.adapters.publish_socket import request  # only where a wrapper serves the job
-
     return _served(request(path, args))
 
 
@@ -155,9 +155,6 @@ def main_publish(argv: list[str]) -> int:
 def _hook_request(request: dict[str, object]) -> None:
     """Through the pane's wrapper, which records it (the hook's usual case, and the fast one);
     only without a wrapper does the hook load the whole publish path to record it itself."""
-    # publish_socket: only a hook (or publish) inside a pane talks to its wrapper
-    from delegate.adapters.publish_socket import through_wrapper
-
     if not through_wrapper(request):
         # the registry, the audit log and the bus: only when no wrapper took the request
         from delegate.services.jobs.publish import record_request
@@ -171,9 +168,6 @@ def _permission(payload: dict[str, object]) -> bool:
     path = settings().publish_socket
     if not path:
         return False
-    # publish_socket: only a hook inside a pane talks to its wrapper
-    from delegate.adapters.publish_socket import request
-
     asked = {
         "op": "permission",
         "tool_name": payload.get("tool_name"),
