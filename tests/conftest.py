@@ -21,6 +21,19 @@ def state(home: Path) -> State:
 pytest_plugins = ["tests.tmux_fixtures", "tests.mqtt_fixtures"]
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test`: -n auto --dist loadgroup) the tests that use the shared
+    `spark` session are one group, run by one worker, so the run starts one JVM for them rather
+    than one per worker. They go first: that worker's long share starts at once, and the other
+    workers' many short tests even out the end of the run."""
+    shares_spark = [item for item in items if "spark" in getattr(item, "fixturenames", ())]
+    for item in shares_spark:
+        item.add_marker(pytest.mark.xdist_group("spark"))
+    rest = [item for item in items if "spark" not in getattr(item, "fixturenames", ())]
+    items[:] = shares_spark + rest
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One local SparkSession for every report test of the run (a JVM takes ~20 s to start)."""
