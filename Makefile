@@ -75,8 +75,9 @@ format: venv
 	$(BIN)/ruff format delegate tests bench examples
 	$(BIN)/ruff check --fix delegate tests bench examples
 
-# One pytest worker per core (pytest-xdist); `loadgroup` keeps the tests of one xdist_group
-# (tests/conftest.py: those sharing the session's Spark) on one worker.
+# One pytest worker per core (pytest-xdist). `loadgroup` is to keep the tests of one xdist_group
+# (tests/conftest.py: those sharing the session's Spark) on one worker; with pytest 9 and
+# xdist 3.8.0 the group has no effect yet (see the conftest), and tests go out one by one.
 TEST_WORKERS ?= auto
 test: setup lint
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=25 \

@@ -24,9 +24,11 @@ pytest_plugins = ["tests.tmux_fixtures", "tests.mqtt_fixtures"]
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`make test`: -n auto --dist loadgroup) the tests that use the shared
-    `spark` session are one group, run by one worker, so the run starts one JVM for them rather
-    than one per worker. They go first: that worker's long share starts at once, and the other
-    workers' many short tests even out the end of the run."""
+    `spark` session are one xdist_group, meant for one worker and one JVM. They go first, so
+    the long Spark tests start at once and the many short tests even out the end of the run.
+    The group is inert with pytest 9 and pytest-xdist 3.8.0: xdist marks a grouped test by
+    setting `item._nodeid`, which pytest 9 no longer reads (its node ids live in `_id`), so
+    today each worker may start its own JVM; the mark takes effect once xdist catches up."""
     shares_spark = [item for item in items if "spark" in getattr(item, "fixturenames", ())]
     for item in shares_spark:
         item.add_marker(pytest.mark.xdist_group("spark"))
