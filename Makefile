@@ -75,13 +75,12 @@ format: venv
 	$(BIN)/ruff format delegate tests bench examples
 	$(BIN)/ruff check --fix delegate tests bench examples
 
-# One pytest worker per core (pytest-xdist). `loadgroup` is to keep the tests of one xdist_group
-# (tests/conftest.py: those sharing the session's Spark) on one worker; with pytest 9 and
-# xdist 3.8.0 the group has no effect yet (see the conftest), and tests go out one by one.
+# One pytest worker per core (pytest-xdist); tests/conftest.py orders the Spark tests first so
+# that one worker, and one JVM, runs them.
 TEST_WORKERS ?= auto
 test: setup lint
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=25 \
-		-n $(TEST_WORKERS) --dist loadgroup
+		-n $(TEST_WORKERS) --dist load
 
 bench: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/run_all.py

@@ -21,19 +21,21 @@ def state(home: Path) -> State:
 pytest_plugins = ["tests.tmux_fixtures", "tests.mqtt_fixtures"]
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
+def _uses_spark(item: pytest.Item) -> bool:
+    return "spark" in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`make test`: -n auto --dist loadgroup) the tests that use the shared
-    `spark` session are one xdist_group, meant for one worker and one JVM. They go first, so
-    the long Spark tests start at once and the many short tests even out the end of the run.
-    The group is inert with pytest 9 and pytest-xdist 3.8.0: xdist marks a grouped test by
-    setting `item._nodeid`, which pytest 9 no longer reads (its node ids live in `_id`), so
-    today each worker may start its own JVM; the mark takes effect once xdist catches up."""
-    shares_spark = [item for item in items if "spark" in getattr(item, "fixturenames", ())]
-    for item in shares_spark:
-        item.add_marker(pytest.mark.xdist_group("spark"))
-    rest = [item for item in items if "spark" not in getattr(item, "fixturenames", ())]
-    items[:] = shares_spark + rest
+    """The tests that use the shared `spark` session run first. Under pytest-xdist (`make
+    test`: -n auto, `--dist load`) each worker is first handed a run of consecutive tests, a
+    quarter of its share: on a few cores all of them fall in the first worker's run, so one
+    JVM serves them rather than one per worker, and the long Spark tests start at once while
+    the many short tests even out the end. (`--dist loadgroup` with an xdist_group mark would
+    say so outright, but pytest-xdist 3.8.0 marks a grouped test through `item._nodeid`, which
+    pytest 9 no longer reads.)"""
+    items[:] = [item for item in items if _uses_spark(item)] + [
+        item for item in items if not _uses_spark(item)
+    ]
 
 
 @pytest.fixture(scope="session")
