@@ -75,8 +75,12 @@ format: venv
 	$(BIN)/ruff format delegate tests bench examples
 	$(BIN)/ruff check --fix delegate tests bench examples
 
+# One pytest worker per core (pytest-xdist); tests/conftest.py orders the Spark tests first so
+# that one worker, and one JVM, runs them.
+TEST_WORKERS ?= auto
 test: setup lint
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=25
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=25 \
+		-n $(TEST_WORKERS) --dist load
 
 bench: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/run_all.py

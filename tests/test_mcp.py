@@ -390,9 +390,12 @@ def test_a_stale_socket_or_another_jobs_server_means_serving_in_process(
     state: State, home: Path
 ) -> None:
     a, b = new_job(state), new_job(state)
-    stale = state.audit.job_dir(a.job_id, create=True) / "mcp.sock"
+    state.audit.job_dir(a.job_id, create=True)
+    # where A's client looks: its log folder, or the temp folder when that path is too long
+    stale = mcp_handover.socket_path(str(home), a.job_id)
+    assert stale is not None
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    dead.bind(str(stale))  # a socket nobody listens on: a zygote killed with SIGKILL
+    dead.bind(stale)  # a socket nobody listens on: a zygote killed with SIGKILL
     dead.close()
 
     async def main() -> None:

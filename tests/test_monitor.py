@@ -225,24 +225,6 @@ def test_a_simulated_reboot_leaves_nothing_open(home: Path, tmux_env, tmp_path: 
     )
     state = open_state(home)
     assert state.registry.get(waiting).status is JobState.QUEUED
-    # a job registered and admitted whose launcher died before tmux started it
-    from delegate.adapters.tmux import socket_path_for
-    from delegate.core.caps import Caps, may_start
-
-    orphaned, _ = state.registry.register(agent="shell", workdir=str(tmp_path), session="dlg-late")
-    prompt = tmp_path / "late.sh"
-    prompt.write_text("echo late > late.txt\n")
-    state.registry.update(
-        orphaned.job_id,
-        tmux_socket=socket_path_for(tmux_env["DELEGATE_TMUX_SOCKET"]),
-        idle_timeout_s=60.0,
-    )
-    state.registry.admit(
-        orphaned.job_id,
-        {"argv": ["bash", str(prompt)], "prompt": "file", "prompt_path": str(prompt)},
-        lambda j, others: may_start(j, others, Caps()),
-        {"pid": 2**22 + 1, "start": 1},  # no such process
-    )
     # the power goes: every process of the toolkit, the agents and tmux die at once
     tmux_pid = int(
         subprocess.run(
@@ -263,6 +245,26 @@ def test_a_simulated_reboot_leaves_nothing_open(home: Path, tmux_env, tmp_path: 
             with contextlib.suppress(ProcessLookupError):  # some die with the others
                 os.kill(pid, sig)
     retry_until(lambda: not any(alive(p) for p in victims), timeout=15)
+    # a job registered and admitted whose launcher died before tmux started it. Made once
+    # every supervisor is dead: a live one looks after the queue and would launch it (as the
+    # policy says), and the monitor would then find its session gone with the server
+    from delegate.adapters.tmux import socket_path_for
+    from delegate.core.caps import Caps, may_start
+
+    orphaned, _ = state.registry.register(agent="shell", workdir=str(tmp_path), session="dlg-late")
+    prompt = tmp_path / "late.sh"
+    prompt.write_text("echo late > late.txt\n")
+    state.registry.update(
+        orphaned.job_id,
+        tmux_socket=socket_path_for(tmux_env["DELEGATE_TMUX_SOCKET"]),
+        idle_timeout_s=60.0,
+    )
+    state.registry.admit(
+        orphaned.job_id,
+        {"argv": ["bash", str(prompt)], "prompt": "file", "prompt_path": str(prompt)},
+        lambda j, others: may_start(j, others, Caps()),
+        {"pid": 2**22 + 1, "start": 1},  # no such process
+    )
 
     actions = monitor_once(home, tmux_env)
 
@@ -276,7 +278,7 @@ def test_a_simulated_reboot_leaves_nothing_open(home: Path, tmux_env, tmp_path: 
         assert job.error in ("tmux_gone", PANE_VANISHED) or "SIGHUP" in (job.error or ""), seen
         assert session_of(home, job_id).state is SessionState.TERMINATED
     launched = {a["job_id"] for a in actions if a["action"] == "launch_job"}
-    assert launched == {orphaned.job_id, waiting}
+    assert launched == {orphaned.job_id, waiting}, (orphaned.job_id, waiting, actions)
     for job_id in launched:
         retry_until(lambda j=job_id: state.registry.get(j).status is JobState.COMPLETED, timeout=30)
     assert (tmp_path / "late.txt").read_text() == "late\n"
