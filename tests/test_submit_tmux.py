@@ -650,11 +650,6 @@ def test_a_publish_from_outside_the_pane_is_served_by_the_jobs_wrapper(
     _outside_publish_is_served(short_home, tmux_env, tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="entry/publish._wrapper_socket looks only in the log folder; a wrapper whose socket"
-    " path is too long serves at publish_socket.socket_path's fallback in the temp folder",
-)
 def test_a_publish_from_outside_finds_the_wrapper_of_a_deep_state_dir(tmux_env, tmp_path: Path):
     home = tmp_path / ("deep-" + "x" * 80) / "state"
     try:
