@@ -52,10 +52,13 @@ class Broker:
         return log.read_text().count("Saving in-memory database") if log.exists() else 0
 
     def wait_for_save(self, timeout: float = 15.0) -> None:
-        """Wait until the broker has written its persistence file once more (from now on)."""
+        """Wait until the broker has written its persistence file whole once more, from now
+        on: its log says "Saving" as a save starts, so a kill right after the first such line
+        may leave the save before it, made before now; the second line starts after the
+        first save is written (the broker saves on its one thread)."""
         before = self.saves()
         deadline = time.monotonic() + timeout
-        while self.saves() <= before:
+        while self.saves() <= before + 1:
             if time.monotonic() > deadline:
                 raise RuntimeError("mosquitto did not save its database")
             time.sleep(0.05)

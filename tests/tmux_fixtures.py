@@ -61,14 +61,23 @@ def tmux_env(tmux_socket: str, tmp_path: Path) -> Iterator[dict[str, str]]:
 
 
 def kill_processes_of(home: Path) -> None:
-    """SIGKILL every process whose environment names `home` as its DELEGATE_HOME."""
+    """SIGKILL every process whose environment names `home` as its DELEGATE_HOME, all of them
+    stopped first, as a power cut would: none sees another die (a wrapper whose tmux server
+    went first would get its SIGHUP and report the job's end)."""
     marker = f"DELEGATE_HOME={home}".encode()
+    found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             with open(f"/proc/{entry.name}/environ", "rb") as handle:
                 if marker in handle.read().split(b"\0"):
-                    os.kill(int(entry.name), signal.SIGKILL)
+                    os.kill(int(entry.name), signal.SIGSTOP)
+                    found.append(int(entry.name))
         except (OSError, ProcessLookupError):
+            continue
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
             continue

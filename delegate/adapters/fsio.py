@@ -129,17 +129,24 @@ class FileLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
         deadline = time.monotonic() + self.timeout_s
         pause = 0.0002
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._fd = fd
-                return
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise LockTimeout(str(self.path), self.timeout_s) from None
-                time.sleep(pause)
-                pause = min(pause * 1.5, 0.005)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    self._fd = fd
+                    return
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise LockTimeout(str(self.path), self.timeout_s) from None
+                    time.sleep(pause)
+                    pause = min(pause * 1.5, 0.005)
+        except BaseException:
+            # a Ctrl-C (KeyboardInterrupt) may land just after flock took the lock: no `with`
+            # releases a lock whose __enter__ raised, and the process, still running its
+            # cancel, would wait on its own lock; closing the descriptor releases it
+            self._fd = None
+            os.close(fd)
+            raise
 
     def release(self) -> None:
         if self._fd is not None:
