@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from delegate.services.jobs import warm_publish
 from delegate.services.state import State
 
 from .helpers import cli_env, retry_until, run_cli
@@ -120,7 +121,7 @@ def test_a_direct_publish_loads_neither_json_nor_openssl_nor_the_ending_path(hom
     # a terminal event loads the ending path, and the job ends
     run_cli(home, "publish", "--job", job_id, "--event", "completed", env=DIRECT)
     assert State.open(env=cli_env(home)).registry.get(job_id).status.value == "completed"
-    assert not (home / "publish.sock").exists()  # no server was started
+    assert not Path(str(warm_publish.server_socket(str(home)))).exists()  # no server started
 
 
 def test_a_cron_run_whose_job_exists_loads_nothing_heavy(home: Path, tmux_env, tmp_path: Path):

@@ -56,6 +56,14 @@ def _probe(
     return done.returncode, done.stderr.strip().splitlines()[-1] == "SQLITE True"
 
 
+def _socket(home: Path) -> Path:
+    """Where `home`'s server listens: in it, or in a private temp folder when that path is too
+    long for a socket (a deep tmp_path, as under pytest-xdist)."""
+    path = warm_publish.server_socket(str(home))
+    assert path is not None
+    return Path(path)
+
+
 def _server_pids(home: Path) -> list[int]:
     """The publish servers started for `home` (by their command line)."""
     sock = str(warm_publish.server_socket(str(home)))
@@ -81,7 +89,7 @@ def _started(home: Path) -> str:
 
 def _serving(home: Path) -> int:
     """The pid of `home`'s server once it listens."""
-    retry_until(lambda: (home / "publish.sock").exists() and len(_server_pids(home)) == 1)
+    retry_until(lambda: _socket(home).exists() and len(_server_pids(home)) == 1)
     return _server_pids(home)[0]
 
 
@@ -93,7 +101,7 @@ def _seqs(home: Path, job: str) -> list[int]:
 def test_the_first_publish_starts_a_server_that_takes_the_next_ones(home: Path):
     job = _started(home)  # published by itself, and started the server
     pid = _serving(home)
-    assert oct(os.stat(home / "publish.sock").st_mode & 0o777) == "0o600"
+    assert oct(_socket(home).stat().st_mode & 0o777) == "0o600"
     assert _probe(home, job) == (0, False)  # served: this process never opened SQLite
     done = _publish(home, job, "progress", detail="from a script", data='{"step": 2}')
     assert json.loads(done.stdout) == {"job_id": job, "seq": 3, "event": "progress"}
@@ -115,7 +123,7 @@ def test_the_first_publish_starts_a_server_that_takes_the_next_ones(home: Path):
     assert on_bus == [1, 2, 3, 4]  # each committed to the bus, in order
     assert warm_publish.stop(str(home))
     retry_until(lambda: not _server_pids(home))
-    assert not (home / "publish.sock").exists()
+    assert not _socket(home).exists()
 
 
 def test_many_publishers_at_once_start_one_server_and_lose_no_seq(home: Path):
@@ -184,7 +192,7 @@ def test_no_server_without_warm_seconds_or_with_a_broker_password(home: Path):
     assert _publish(home, job, "progress", env=in_url).returncode == 0
     unknown = _publish(home, "0badf00d", "progress")  # a publish that failed starts none
     assert unknown.returncode != 0
-    assert not (home / "publish.sock").exists() and not _server_pids(home)
+    assert not _socket(home).exists() and not _server_pids(home)
     bad = _publish(home, job, "progress", env={"DELEGATE_PUBLISH_WARM_S": "soon"})
     assert bad.returncode == 64 and bad.stdout == ""
     assert bad.stderr.strip().splitlines() == [
@@ -199,7 +207,7 @@ def test_an_idle_server_ends_and_the_next_publish_starts_another(home: Path):
     assert _publish(home, job, "started", env=quick).returncode == 0
     first = _serving(home)
     retry_until(lambda: not _server_pids(home), timeout=10)  # idle for a second: gone
-    assert not (home / "publish.sock").exists()
+    assert not _socket(home).exists()
     assert _publish(home, job, "progress", env=quick).returncode == 0
     assert _serving(home) != first
     assert _seqs(home, job) == [1, 2]
@@ -302,7 +310,7 @@ def test_the_server_is_nobodys_job_and_holds_no_folder(home: Path, tmp_path: Pat
     )
     assert done.returncode == 0, done.stderr
     pid = retry_until(lambda: _server_pids(workdir / "state") or None)[0]
-    retry_until(lambda: (workdir / "state" / "publish.sock").exists())
+    retry_until(lambda: _socket(workdir / "state").exists())
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     assert not [e for e in environ if e.startswith((b"DELEGATE_JOB_ID=", b"API_TOKEN="))]
     assert f"DELEGATE_HOME={workdir / 'state'}".encode() in environ  # made absolute
@@ -319,7 +327,7 @@ def test_the_server_is_nobodys_job_and_holds_no_folder(home: Path, tmp_path: Pat
 def test_a_server_whose_socket_is_removed_ends(home: Path):
     job = _started(home)
     _serving(home)
-    (home / "publish.sock").unlink()
+    _socket(home).unlink()
     retry_until(lambda: not _server_pids(home), timeout=10)
     assert _publish(home, job, "progress").returncode == 0  # by itself; starts a new one
     _serving(home)
