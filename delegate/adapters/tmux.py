@@ -335,13 +335,17 @@ class Tmux:
     def _no_answer(self, text: str, fmt: str) -> TmuxView:
         """No server answered on the socket: "gone" only when no tmux server still listens on
         that path. A live one whose socket file was moved aside or deleted (a /tmp cleaner) is
-        asked to make it again (SIGUSR1, to that pid only) and asked once more; if it still
-        does not answer, it is "unreachable": alive, but not seen."""
+        asked to make it again (SIGUSR1, to that pid only) and asked once more; one whose file
+        is there is starting (another process's first job) and is only asked again. If it
+        still does not answer, it is "unreachable": alive, but not seen."""
         server = listening_server(self.socket_path)
         if server is None:
             return TmuxView(self.socket_path, "gone", reason=text)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(server, signal.SIGUSR1)
+        note = ""
+        if not os.path.exists(self.socket_path):  # else a server starting: bound, not yet asked
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(server, signal.SIGUSR1)
+            note = f"its socket was made again (SIGUSR1 to tmux server pid {server})"
         deadline = time.monotonic() + _RECREATE_WAIT_S
         while True:
             try:
@@ -349,9 +353,7 @@ class Tmux:
             except TmuxUnreachable as exc:
                 return TmuxView(self.socket_path, "unreachable", reason=exc.reason)
             if result.returncode == 0:
-                panes = _parse_panes(result.stdout)
-                note = f"its socket was made again (SIGUSR1 to tmux server pid {server})"
-                return TmuxView(self.socket_path, "ok", panes, reason=note)
+                return TmuxView(self.socket_path, "ok", _parse_panes(result.stdout), reason=note)
             if any(m in " ".join(result.stderr) for m in _NO_SESSIONS):
                 return TmuxView(self.socket_path, "ok")
             if time.monotonic() >= deadline:
