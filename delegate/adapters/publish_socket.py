@@ -93,6 +93,15 @@ def listen_private(path: str, backlog: int = 16) -> socket.socket:
     return listener
 
 
+def socket_inode(path: Path | str) -> int | None:
+    """The inode of the socket file at `path` (None: none there): a server that bound it
+    compares it with its own, to know the path is still its socket and not a successor's."""
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
 def peer_uid(conn: socket.socket) -> int:
     """The uid of the process at the other end of a Unix socket (SO_PEERCRED)."""
     import socket  # socket, struct: the servers' (as in listen_private)
@@ -165,7 +174,7 @@ class PublishServer:
         self._pending: dict[str, _Pending] = {}  # request id -> its first, still being answered
         self._peers = {os.getuid(), owner[0]} if owner else {os.getuid()}
         self._sock = listen_private(str(path))
-        self._inode = os.stat(path).st_ino
+        self._inode = socket_inode(path)
         if owner is not None:
             os.chown(path, *owner)
         self._ends_when = ends_when
@@ -223,10 +232,7 @@ class PublishServer:
 
     def owns_path(self) -> bool:
         """Whether the socket at the path is still this server's (not removed nor replaced)."""
-        try:
-            return os.stat(self.path).st_ino == self._inode
-        except OSError:
-            return False
+        return socket_inode(self.path) == self._inode
 
     def wait(self) -> None:
         """Until the server stopped listening by itself and answered what it took."""

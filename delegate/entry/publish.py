@@ -98,18 +98,17 @@ def _via_wrapper(args: dict[str, str | None]) -> int | None:
     return _served(request(path, args))
 
 
-def _warm_client(args: dict[str, str | None]) -> WarmClient | None:
+def _warm_client(job: str | None, event: str | None) -> WarmClient | None:
     """The state dir's warm publisher (services/jobs/warm_publish) for a publish no wrapper
-    took, when this publish may go through one."""
+    took, when this publish (of `event`, for `job`) may go through one."""
     current = settings()
-    job = args["job"] or current.job_id
     home = state_home_text(current.env)
     if not is_job_id(job) or home is None:
         return None  # the direct path says what is wrong with it
     # warm_publish: only for a publish no wrapper took
     from delegate.services.jobs import warm_publish
 
-    if args["event"] not in warm_publish.SERVED_EVENTS:
+    if event not in warm_publish.SERVED_EVENTS:
         return None
     return warm_publish.client(home, current.env)
 
@@ -132,9 +131,9 @@ def main_publish(argv: list[str]) -> int:
         served = _via_wrapper(args)
         if served is not None:
             return served
-        warm = _warm_client(args)
+        job = args["job"] or settings().job_id
+        warm = _warm_client(job, args["event"])
         if warm is not None:
-            job = args["job"] or settings().job_id
             served = _served(warm.publish({**args, "job": job}))
             if served is not None:
                 return served

@@ -25,7 +25,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from delegate.adapters.publish_socket import listen_private, peer_uid, read_request
+from delegate.adapters.publish_socket import (
+    listen_private,
+    peer_uid,
+    read_request,
+    socket_inode,
+)
 from delegate.config.settings import warm_s
 from delegate.core.errors import DelegateError, guarded
 from delegate.services import class_archive
@@ -57,7 +62,7 @@ class ReportServer:
         self.spark: Any = None
         # a dead server's socket there is replaced: starting one is serialized (warm_report)
         self.listener = listen_private(str(path))
-        self.inode = os.stat(path).st_ino
+        self.inode = socket_inode(path)
 
     def serve(self) -> None:
         """Answer reports until it is time to end (module doc)."""
@@ -76,11 +81,7 @@ class ReportServer:
             idle_until = time.monotonic() + self.idle_s
 
     def still_wanted(self) -> bool:
-        try:
-            mine = os.stat(self.path).st_ino == self.inode
-        except OSError:
-            return False
-        return mine and self.state.layout.home.is_dir()
+        return socket_inode(self.path) == self.inode and self.state.layout.home.is_dir()
 
     def leave(self) -> None:
         """Stop listening, and remove the socket unless another server's replaced it."""
