@@ -20,7 +20,7 @@ def state(home: Path) -> State:
     return State.open(env={"DELEGATE_HOME": str(home)})
 
 
-pytest_plugins = ["tests.tmux_fixtures", "tests.mqtt_fixtures"]
+pytest_plugins = ["tests.tmux_fixtures", "tests.mqtt_fixtures", "tests.models.fixtures"]
 
 
 def _uses_spark(item: pytest.Item) -> bool:

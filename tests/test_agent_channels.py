@@ -82,7 +82,13 @@ def test_a_claude_like_agent_reports_through_its_channel(home: Path, tmux_env, t
     assert status is not None and (status["cost_usd"], status["tokens_out"]) == (0.0123, 50)
     assert state.audit.read_events(job.job_id, kind="channel_malformed")[0]["lines"] == 1
     settings = json.loads((home / "logs" / job.job_id / "claude-settings.json").read_text())
-    assert set(settings["hooks"]) == {"PermissionRequest", "Notification", "Stop", "SessionStart"}
+    assert set(settings["hooks"]) == {
+        "PreToolUse",
+        "PermissionRequest",
+        "Notification",
+        "Stop",
+        "SessionStart",
+    }
 
     resumed = run_cli(home, "session", "resume", "claude-work", "--wait", env=tmux_env)
     assert resumed.returncode == 0, resumed.stderr

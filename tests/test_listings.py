@@ -33,6 +33,10 @@ PS_JSON_KEYS = {
     "group",  # issue 20: keys are only ever added, never renamed or dropped
     "waiting_for",
     "attempt",
+    "denied_tools",  # what the agent CLI denied, its own API retry, a queued attempt's start
+    "agent_retry",
+    "not_before",
+    "resumes_at",
 }
 LONG_REASON = "agent_error: " + "the test suite failed in a very long and winding way " * 3
 

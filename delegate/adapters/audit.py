@@ -86,6 +86,8 @@ class AuditLog:
             "tokens_in": job.tokens_in,
             "tokens_out": job.tokens_out,
             "group": job.group,  # its queue group, for the report's per-group figures
+            # the tool calls its agent CLI denied, for the report's denial figures
+            "denied_tools": list(job.denied_tools) if job.denied_tools is not None else None,
         }
         atomic_write(self.job_dir(job.job_id, create=True) / STATUS, _dump(status) + b"\n")
 

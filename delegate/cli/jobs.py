@@ -39,6 +39,7 @@ from delegate.cli.common import (
 from delegate.core.errors import say
 from delegate.core.eventlines import audit_line
 from delegate.core.model import Job
+from delegate.core.outcome import record_note
 from delegate.core.timefmt import human_duration, human_timeout, local_time
 from delegate.entry.ps import DEFAULT_LIMIT as PS_LIMIT
 from delegate.entry.ps import print_ps_json
@@ -174,7 +175,7 @@ def jobs(
             local_time(j.created_at),
             human_duration(job_timing(j, now)[0]),
             j.session or "-",
-            j.error or "-",
+            record_note(j.public_dict(), now) or j.error or "-",
         ]
 
     print_listing(
@@ -206,9 +207,11 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
         return 0
 
     def value(key: str, v: Any) -> str:
+        if key == "status":
+            return status_cell(record)
         if v is None:
             return "-"
-        if key.endswith("_at"):
+        if key.endswith("_at") or key == "not_before":
             return local_time(v)
         if key.endswith("_timeout_s"):
             return human_timeout(v)
@@ -226,6 +229,15 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
             empty="none",
         )
     return 0
+
+
+def status_cell(record: dict[str, Any]) -> str:
+    """`show`'s status: `completed, 2 tool calls denied`, `running (rate limited, retry 4/10
+    in 4s)`, `queued (waiting, resumes 14:05)`, else the state alone."""
+    status, note = str(record.get("status")), record_note(record)
+    if not note or note.startswith(f"{status},"):
+        return note or status
+    return f"{status} ({note})"
 
 
 @commands.command()
@@ -436,7 +448,11 @@ def print_dependency_tree(state: State, *, group: str | None) -> None:
     graph = dependency_graph(state, group=group)
 
     def label(job: Job) -> str:
-        why = graph.waiting.get(job.job_id) or (job.error if job.status.terminal else None)
+        why = (
+            record_note(job.public_dict())
+            or graph.waiting.get(job.job_id)
+            or (job.error if job.status.terminal else None)
+        )
         rule = f" after {job.after_rule}" if job.after and job.after_rule else ""
         return f"{job.job_id}  {job.status.value}  {job.agent or '-'}{rule}" + (
             f"  ({why})" if why else ""

@@ -18,8 +18,16 @@ Built in: `shell` (the prompt is a bash script), `claude`, `codex`. More come fr
     stop = { signal = "SIGINT" }   # how `session stop --mode graceful` asks the agent first:
                                    # or { keys = ["C-c"] }, or { command = "/exit" } (typed)
 
-A table holding only `max_running` (or `worktree`) changes a built-in profile
-(`[profiles.claude]`). A top-level `max_running = N` caps all jobs, `[worktree]` sets
+A table without `command` on a built-in profile's name extends it: `[profiles.claude]` with
+`env`, `pass_env`, `path`, `run_as`, caps, and the CLI's own permission settings,
+`permission_mode` and `allowed_tools` (Claude Code) or `agent_sandbox` (Codex:
+"read-only", "workspace-write" (its built-in setting) or "danger-full-access"):
+
+    [profiles.claude]
+    env = { ANTHROPIC_BASE_URL = "https://gateway.example/anthropic" }
+    pass_env = ["ANTHROPIC_API_KEY"]
+
+A table with `command` replaces the built-in profile. A top-level `max_running = N` caps all jobs, `[worktree]` sets
 `default = true` (every job in its own worktree), `keep_max_gb` and `keep_days` (worktrees over
 them are reported), and `[notify]` names a notifier:
 
@@ -67,6 +75,12 @@ class Profile(NamedTuple):
     shell_text: bool = False  # a `--cmd`: its first word is resolved only when it is a command
     # `requeue`: a job whose pane, tmux server or host vanished is queued again (core/retry)
     on_interrupt: str | None = None
+    # Claude Code's own permission settings (`--permission-mode`, `--allowedTools`): what it
+    # runs without asking; everything else is gated by our PreToolUse hook (approvals).
+    permission_mode: str | None = None
+    allowed_tools: tuple[str, ...] = ()
+    # Codex's own sandbox (`sandbox_mode`): read-only cannot edit the workdir.
+    agent_sandbox: str | None = None
 
     def argv(
         self,
@@ -76,9 +90,11 @@ class Profile(NamedTuple):
         job_id: str,
         settings_file: Path | None = None,
         conversation_id: str | None = None,
+        in_repository: bool = True,
     ) -> list[str]:
         """The command with its placeholders filled; with `conversation_id`, the `resume`
-        command instead (the caller checks there is one)."""
+        command instead (the caller checks there is one). A claude or codex channel gets the
+        options of its permission settings (`agent_options`)."""
         values = {
             "prompt_file": str(prompt_file),
             "workdir": str(workdir),
@@ -92,9 +108,47 @@ class Profile(NamedTuple):
             for key, value in values.items():
                 part = part.replace("{" + key + "}", value)
             out.append(part)
-        return out
+        return self.agent_options(out, in_repository)
+
+    def agent_options(self, argv: list[str], in_repository: bool) -> list[str]:
+        """`argv` with the CLI's own permission options. Claude: `--permission-mode`,
+        `--allowedTools` (as `--flag=value`: an option's value is never a word of its own).
+        Codex: its sandbox and the configuration that keeps it from waiting forever, both as
+        `-c` overrides right after `exec` (`codex exec resume` takes no `--sandbox`), and
+        `--skip-git-repo-check` outside a repository (codex refuses to start there)."""
+        if self.channel == "claude-stream":
+            extra = []
+            if self.permission_mode:
+                extra.append(f"--permission-mode={self.permission_mode}")
+            if self.allowed_tools:
+                extra.append("--allowedTools=" + ",".join(self.allowed_tools))
+            return [*argv, *extra]
+        if self.channel == "codex-json" and argv[1:2] == ["exec"]:
+            overrides = list(CODEX_BOUNDED)
+            if self.agent_sandbox:
+                overrides.append(f'sandbox_mode="{self.agent_sandbox}"')
+            options = [word for o in overrides for word in ("-c", o)]
+            if not in_repository:
+                options.append("--skip-git-repo-check")
+            return [*argv[:2], *options, *argv[2:]]
+        return argv
 
 
+# Codex retries a lost server forever unless told otherwise: a job must end within its timeouts.
+CODEX_BOUNDED = ("features.unbounded_connection_retries=false",)
+# Claude Code 2.1.197's `--permission-mode` choices.
+PERMISSION_MODES = ("default", "acceptEdits", "auto", "plan", "bypassPermissions", "dontAsk")
+AGENT_SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
+
+# Where each CLI finds its key and its server when they are not in its own config files.
+CLAUDE_PASS_ENV = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "CLAUDE_CONFIG_DIR",
+)
+CODEX_PASS_ENV = ("OPENAI_API_KEY", "CODEX_HOME")
 _CLAUDE_STREAM = ("--output-format", "stream-json", "--verbose", "--settings", "{settings_file}")
 BUILTIN: dict[str, Profile] = {
     "shell": Profile("shell", ("bash", "{prompt_file}"), prompt="file"),
@@ -105,6 +159,7 @@ BUILTIN: dict[str, Profile] = {
         preamble=True,
         channel="claude-stream",
         resume=("claude", "-p", "--resume", "{conversation_id}", *_CLAUDE_STREAM),
+        pass_env=CLAUDE_PASS_ENV,
     ),
     "codex": Profile(
         "codex",
@@ -113,6 +168,8 @@ BUILTIN: dict[str, Profile] = {
         preamble=True,
         channel="codex-json",
         resume=("codex", "exec", "--json", "resume", "{conversation_id}", "-"),
+        agent_sandbox="workspace-write",  # its default, read-only, cannot do the work
+        pass_env=CODEX_PASS_ENV,
     ),
 }
 
@@ -184,8 +241,14 @@ _PROFILE_KEYS = frozenset(
         "resume",
         "worktree",
         "on_interrupt",
+        "permission_mode",
+        "allowed_tools",
+        "agent_sandbox",
     }
 )
+# What a table without `command` may say of a built-in profile: it extends it. How the agent
+# is started, fed and read (command, prompt, channel, resume) needs a command of your own.
+_SHAPE_KEYS = frozenset({"prompt", "channel", "resume", "clean_exit"})
 _CHANNELS = ("none", "claude-stream", "codex-json")
 
 
@@ -199,8 +262,8 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
     _cap(table.get("max_running"), where)
     if not isinstance(table.get("worktree", False), bool):
         raise ConfigError(f"{where}: worktree must be true or false")
-    if table.keys() <= {"max_running", "worktree"} and name in BUILTIN:
-        return BUILTIN[name]  # a cap or worktree default on a built-in profile, nothing else
+    if name in BUILTIN and "command" not in table:
+        return _extended(BUILTIN[name], table, where)
     command = _command(table.get("command"), where)
     prompt = _one_of(table, "prompt", "stdin", PROMPT_MODES, where)
     clean_exit = _one_of(table, "clean_exit", "completed", CLEAN_EXIT, where)
@@ -219,9 +282,7 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
     on_interrupt = table.get("on_interrupt")
     if on_interrupt is not None and on_interrupt not in ("fail", "requeue"):
         raise ConfigError(f"{where}: on_interrupt must be fail or requeue")
-    run_as = table.get("run_as")
-    if run_as is not None and (not isinstance(run_as, str) or not run_as):
-        raise ConfigError(f"{where}: run_as must be a user name")
+    run_as = _run_as(table, where)
     return Profile(
         name,
         tuple(command),
@@ -236,6 +297,63 @@ def _profile_from_table(name: str, table: object, source: Path) -> Profile:
         channel=channel,
         resume=tuple(resume) if resume else None,
         on_interrupt=on_interrupt,
+        **_agent_permissions(table, where),
+    )
+
+
+def _run_as(table: dict[str, Any], where: str) -> str | None:
+    run_as = table.get("run_as")
+    if run_as is not None and (not isinstance(run_as, str) or not run_as):
+        raise ConfigError(f"{where}: run_as must be a user name")
+    return run_as
+
+
+def _agent_permissions(table: dict[str, Any], where: str) -> dict[str, Any]:
+    """`permission_mode`, `allowed_tools`, `agent_sandbox`, as given (absent ones left out)."""
+    found: dict[str, Any] = {}
+    if "permission_mode" in table:
+        found["permission_mode"] = _one_of(table, "permission_mode", "", PERMISSION_MODES, where)
+    if "allowed_tools" in table:
+        tools = table["allowed_tools"]
+        if not isinstance(tools, list) or not all(
+            isinstance(t, str) and t and not t.startswith("-") and "," not in t for t in tools
+        ):
+            raise ConfigError(f'{where}: allowed_tools must be a list of tool names ("Bash")')
+        found["allowed_tools"] = tuple(tools)
+    if "agent_sandbox" in table:
+        found["agent_sandbox"] = _one_of(table, "agent_sandbox", "", AGENT_SANDBOXES, where)
+    return found
+
+
+def _extended(base: Profile, table: dict[str, Any], where: str) -> Profile:
+    """A built-in profile with what a table without `command` adds: its environment, user,
+    caps and permission settings. `env` and `pass_env` add to the built-in's."""
+    shape = table.keys() & _SHAPE_KEYS
+    if shape:
+        raise ConfigError(
+            f"{where}: {', '.join(sorted(shape))} change how {base.name} is started;"
+            f" give a command = [...] of your own to replace the built-in profile"
+        )
+    env, pass_env, path = _environment(table, where)
+    credentials = table.get("mqtt_credentials", base.mqtt_credentials)
+    if credentials is not None and not isinstance(credentials, str):
+        raise ConfigError(f"{where}: mqtt_credentials must be the path of a file")
+    _check_stop(table.get("stop", {}), where)
+    preamble = table.get("preamble", base.preamble)
+    if not isinstance(preamble, bool):
+        raise ConfigError(f"{where}: preamble must be true or false")
+    on_interrupt = table.get("on_interrupt", base.on_interrupt)
+    if on_interrupt is not None and on_interrupt not in ("fail", "requeue"):
+        raise ConfigError(f"{where}: on_interrupt must be fail or requeue")
+    return base._replace(
+        env=tuple(sorted({**dict(base.env), **env}.items())),
+        pass_env=tuple(dict.fromkeys([*base.pass_env, *pass_env])),
+        path=tuple(path) if path is not None else base.path,
+        mqtt_credentials=credentials,
+        run_as=_run_as(table, where) or base.run_as,
+        preamble=preamble,
+        on_interrupt=on_interrupt,
+        **_agent_permissions(table, where),
     )
 
 

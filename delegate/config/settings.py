@@ -44,6 +44,7 @@ COLUMNS_ENV = "COLUMNS"
 JAVA_HOME_ENV = "JAVA_HOME"
 REPORT_WARM_ENV = "DELEGATE_REPORT_WARM_S"
 PUBLISH_WARM_ENV = "DELEGATE_PUBLISH_WARM_S"
+RATE_LIMIT_JITTER_ENV = "DELEGATE_RATE_LIMIT_JITTER_S"
 PATH_ENV = "PATH"
 # What an agent gets of its submitter's environment besides PATH (services/jobs/agent_env).
 AGENT_BASE_ENV = ("HOME", "USER", "LANG", "TERM", "TZ", "SHELL")
@@ -144,6 +145,12 @@ ENV_VARS = (
         " `0`: not at all",
     ),
     EnvVar(
+        RATE_LIMIT_JITTER_ENV,
+        "`5`",
+        "at most how many seconds past its limit's reset a rate-limited attempt resumes (a random"
+        " share of it, so many jobs do not resume at once)",
+    ),
+    EnvVar(
         PATH_ENV,
         "",
         "the agent's PATH when its profile sets no `path`; where `report` finds `java`",
@@ -193,6 +200,15 @@ def publish_warm_s(env: Mapping[str, str]) -> float:
     the next publish (services/jobs/warm_publish); ConfigError for what is no number of
     seconds."""
     return _seconds(env, PUBLISH_WARM_ENV, DEFAULT_PUBLISH_WARM_S)
+
+
+def rate_limit_jitter_s(env: Mapping[str, str]) -> float | None:
+    """`$DELEGATE_RATE_LIMIT_JITTER_S` of `env`: at most how long past a rate limit's reset the
+    next attempt waits (core/retry); None when unset (the core's default then); ConfigError for
+    what is no number of seconds. Read by whoever makes the next attempt."""
+    if not env.get(RATE_LIMIT_JITTER_ENV, "").strip():
+        return None
+    return _seconds(env, RATE_LIMIT_JITTER_ENV, 0.0)
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

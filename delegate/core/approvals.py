@@ -125,9 +125,64 @@ def parse_decision(data: object, request_id: str) -> Decision | None:
     return Decision(str(behavior), reason, maker, bool(data.get("remember")))
 
 
-def hook_answer(decision: Decision) -> dict[str, Any]:
-    """What Claude Code's `PermissionRequest` hook prints on stdout to give `decision`."""
+PRE_TOOL_USE = "PreToolUse"
+PERMISSION_REQUEST = "PermissionRequest"
+# Claude Code's tools that change nothing: it runs them without asking, so we do not ask either.
+READ_ONLY_TOOLS = frozenset(
+    {
+        "Read",
+        "Glob",
+        "Grep",
+        "LS",
+        "NotebookRead",
+        "TodoWrite",
+        "Task",
+        "TaskCreate",
+        "TaskGet",
+        "TaskList",
+        "TaskOutput",
+        "TaskUpdate",
+        "Agent",
+        "BashOutput",
+        "KillShell",
+        "ExitPlanMode",
+        "ListMcpResourcesTool",
+        "ReadMcpResourceTool",
+    }
+)
+EDIT_TOOLS = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
+# Permission modes in which Claude Code itself settles every call (bypass: all run; dontAsk:
+# what no rule allows is denied), so a person is not asked.
+MODES_CLAUDE_SETTLES = ("bypassPermissions", "dontAsk")
+
+
+def claude_settles(tool: str, mode: str | None, allowed_tools: Sequence[str]) -> bool:
+    """Whether Claude Code runs `tool` without asking under its permission `mode` and
+    `allowed_tools`, so our PreToolUse hook leaves the call to it. An `allowed_tools` entry
+    with an argument pattern (`Bash(git log:*)`) does not count: we cannot tell which calls
+    it covers, so those calls are gated (a person or a rule decides)."""
+    if tool in READ_ONLY_TOOLS or mode in MODES_CLAUDE_SETTLES:
+        return True
+    if mode == "acceptEdits" and tool in EDIT_TOOLS:
+        return True
+    for entry in allowed_tools:
+        if entry == tool or (entry.startswith("mcp__") and tool.startswith(entry + "__")):
+            return True
+    return False
+
+
+def hook_answer(decision: Decision, hook: str = PERMISSION_REQUEST) -> dict[str, Any]:
+    """What Claude Code's `PreToolUse` or `PermissionRequest` hook prints on stdout to give
+    `decision`."""
+    if hook == PRE_TOOL_USE:
+        return {
+            "hookSpecificOutput": {
+                "hookEventName": PRE_TOOL_USE,
+                "permissionDecision": decision.behavior,
+                "permissionDecisionReason": decision.reason,
+            }
+        }
     verdict: dict[str, Any] = {"behavior": decision.behavior}
     if decision.behavior == DENY:
         verdict["message"] = decision.reason
-    return {"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": verdict}}
+    return {"hookSpecificOutput": {"hookEventName": PERMISSION_REQUEST, "decision": verdict}}

@@ -202,6 +202,18 @@ def _group_holds(group: str, rule: GroupRule) -> str | None:
     return None
 
 
+def due_in_s(job: Job, now: datetime) -> float | None:
+    """Seconds until queued `job` may start as far as its `not_before` goes (a retry's backoff,
+    a rate limit's reset): 0.0 once it has passed, None for a job not waiting for a time.
+    What whoever launches queued jobs sets its timer by, so the launch comes at that time."""
+    if job.status is not JobState.QUEUED:
+        return None
+    eligible = parse_iso(job.not_before)
+    if eligible is None:
+        return None
+    return max(0.0, (eligible - now).total_seconds())
+
+
 def _backoff_left(job: Job, now: datetime | None) -> str | None:
     """`retry 2/3 at 14:05:07` while a retry waits out its backoff; None once it may start (or
     when no time was given: the caller does not judge backoffs)."""

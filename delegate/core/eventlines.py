@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from delegate.core.outcome import denied_summary, outcome_words
 from delegate.core.timefmt import human_duration, human_timeout, local_time, seconds_between
 
 EVENT_WIDTH = len("permission_required")
@@ -69,8 +70,9 @@ def reason_words(reason: str | None, job: Mapping[str, Any] | None = None) -> st
 
 
 def outcome_line(job: Mapping[str, Any]) -> str:
-    """How a job ended, in words: `job 1a2b3c4d completed in 4m 12s`, `job 1a2b3c4d timed out:
-    no activity for 10m (idle_timeout)`. `job` is the record as `public_dict()` gives it."""
+    """How a job ended, in words: `job 1a2b3c4d completed in 4m 12s`, `job 1a2b3c4d completed,
+    2 tool calls denied (Bash x2) in 4m 12s`, `job 1a2b3c4d timed out: no activity for 10m
+    (idle_timeout)`. `job` is the record as `public_dict()` gives it."""
     job_id = job.get("job_id", "?")
     status = str(job.get("status", ""))
     reason = job.get("error")
@@ -78,7 +80,9 @@ def outcome_line(job: Mapping[str, Any]) -> str:
     after = f" after {human_duration(took)}" if took is not None else ""
     code, _ = _reason_parts(reason)
     if status == "completed":
-        return f"job {job_id} completed in {human_duration(took)}"
+        said = outcome_words(status, job.get("denied_tools"))
+        tools = denied_summary(job.get("denied_tools"))
+        return f"job {job_id} {said}{f' ({tools})' if tools else ''} in {human_duration(took)}"
     if status == "cancelled":
         by = f" ({reason})" if reason else ""
         return f"job {job_id} cancelled{after}{by}"

@@ -154,6 +154,9 @@ class Job(NamedTuple):
     launcher: dict[str, Any] | None = None
     # The agent's own conversation, when its channel names one; `session resume` continues it.
     conversation_id: str | None = None
+    # The conversation's running token totals as its agent last reported them (codex counts a
+    # thread's usage from its start): a resumed attempt counts only what came after.
+    conversation_usage: dict[str, Any] | None = None
     # What the agent's channel reported at its end (claude-stream result, codex usage).
     cost_usd: float | None = None
     tokens_in: int | None = None
@@ -190,6 +193,14 @@ class Job(NamedTuple):
     not_before: str | None = None
     retry: dict[str, Any] | None = None
     on_interrupt: str | None = None
+    # What the agent CLI refused to run: one tool name per denied call, in order (Claude Code's
+    # `permission_denials`), set by the wrapper before the job's ending is published. A job that
+    # completed with denials did not do all it was asked: every view says so.
+    denied_tools: list[str] | None = None
+    # While the agent CLI itself retries its model API (a 429, an overload, codex reconnecting):
+    # attempt, max_retries, retry_delay_ms, error_status, error, and `at` (the record time the
+    # retry was seen); None once it makes progress again or ends.
+    agent_retry: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._asdict()
@@ -204,6 +215,10 @@ class Job(NamedTuple):
             data["worktree"] = dict(self.worktree)
         if self.merged is not None:
             data["merged"] = dict(self.merged)
+        if self.denied_tools is not None:
+            data["denied_tools"] = list(self.denied_tools)
+        if self.agent_retry is not None:
+            data["agent_retry"] = dict(self.agent_retry)
         return data
 
     def public_dict(self) -> dict[str, Any]:
@@ -238,9 +253,45 @@ class Job(NamedTuple):
             raise ValueError("worktree is not a JSON object")
         if values.get("merged") is not None and not isinstance(values["merged"], dict):
             raise ValueError("merged is not a JSON object")
+        _check_denied_tools(values.get("denied_tools"))
+        _check_agent_retry(values.get("agent_retry"))
         if values.get("schema_version", RECORD_SCHEMA_VERSION) != RECORD_SCHEMA_VERSION:
             raise ValueError(f"unsupported record schema_version {values['schema_version']!r}")
         return cls(**values)
+
+
+# agent_retry's fields and the types a record may give them (a field may also be null or left
+# out; other fields are kept as they are, for a newer wrapper's additions).
+_RETRY_NUMBERS = ("attempt", "max_retries", "retry_delay_ms", "error_status")
+_RETRY_TEXTS = ("error", "at")
+
+
+def _check_denied_tools(value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise ValueError("denied_tools is not a list of tool names")
+
+
+def _check_agent_retry(value: object) -> None:
+    """ValueError unless `value` is None or agent_retry as the wrapper writes it. Numbers must be
+    finite and not negative: views compute a countdown from them."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise ValueError("agent_retry is not a JSON object")
+    for key in _RETRY_NUMBERS:
+        number = value.get(key)
+        if number is None:
+            continue
+        # bool is an int to Python, never a count; NaN fails `>= 0`, infinity the bound
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            raise ValueError(f"agent_retry.{key} is not a number")
+        if not 0 <= number < 1e15:
+            raise ValueError(f"agent_retry.{key} is out of range")
+    for key in _RETRY_TEXTS:
+        if value.get(key) is not None and not isinstance(value[key], str):
+            raise ValueError(f"agent_retry.{key} is not text")
 
 
 def publish_refusal(job: Job, event: EventType) -> str | None:

@@ -167,14 +167,14 @@ def rate_limit_reason(reset_epoch: float | None) -> str:
 
 
 def _rate_limit_wait(
-    job: Job, rand: float, now: datetime | None, max_wait_s: float
+    job: Job, rand: float, now: datetime | None, max_wait_s: float, jitter_s: float
 ) -> float | None:
-    """Seconds until the rate-limited `job` may resume: its reset (plus jitter), else a
-    backoff; None when the reset is further off than `max_wait_s`."""
+    """Seconds until the rate-limited `job` may resume: its reset (plus up to `jitter_s`),
+    else a backoff; None when the reset is further off than `max_wait_s`."""
     reset = parse_iso((job.error or "").partition(" resets at ")[2].strip() or None)
     if reset is None or now is None:
         return backoff_s(job.attempt or 1, *RATE_LIMIT_BACKOFF, rand) if reset is None else 0.0
-    wait = max(0.0, (reset - now).total_seconds()) + RATE_LIMIT_JITTER_S * rand
+    wait = max(0.0, (reset - now).total_seconds()) + jitter_s * rand
     return wait if wait <= max_wait_s else None
 
 
@@ -184,17 +184,19 @@ def next_attempt(
     *,
     now: datetime | None = None,
     max_wait_s: float = RATE_LIMIT_MAX_WAIT_S,
+    jitter_s: float = RATE_LIMIT_JITTER_S,
 ) -> NextAttempt | None:
     """What follows `job` (ended): None when nothing does (completed, cancelled, a reason not
     listed, attempts used up, a rate limit resetting later than `max_wait_s`, or a next attempt
-    exists already). `now` times a rate-limited resume (without it, its delay is 0)."""
+    exists already). `now` times a rate-limited resume (without it, its delay is 0), which
+    waits up to `jitter_s` past the reset (`rand` of it)."""
     if job.status is not JobState.ERROR or job.retried_by:
         return None
     attempt = job.attempt or 1
     rule = RetryRule.of(job)
     code = reason_code(job.error)
     if code == RATE_LIMITED and attempt <= rule.retries + MAX_RATE_LIMIT_RESUMES:
-        wait = _rate_limit_wait(job, rand, now, max_wait_s)
+        wait = _rate_limit_wait(job, rand, now, max_wait_s, jitter_s)
         return None if wait is None else NextAttempt("resume", wait, bool(job.conversation_id))
     requeue = interrupted(job.error) and job.on_interrupt == "requeue"
     if requeue and attempt <= rule.retries + MAX_REQUEUES:

@@ -52,13 +52,25 @@ def local_time(text: object, *, now: datetime | None = None, tz: object = None) 
     """An ISO timestamp in local time: `14:02:07` today, `Nov 24 14:02` another day of this
     year, `2025-11-24 14:02` before; `-` when missing. `tz` (a tzinfo) defaults to the
     machine's local zone, `now` to the present (both for tests)."""
+    return _local(text, now, tz, "%H:%M:%S")
+
+
+def local_minute(text: object, *, now: datetime | None = None, tz: object = None) -> str:
+    """As `local_time`, to the minute (`14:05` today): for a time a person waits for."""
+    return _local(text, now, tz, "%H:%M")
+
+
+def _local(text: object, now: datetime | None, tz: object, clock: str) -> str:
     moment = parse_iso(text)
     if moment is None:
         return "-"
-    local = moment.astimezone(tz) if tz is not None else moment.astimezone()  # type: ignore[arg-type]
+    try:
+        local = moment.astimezone(tz) if tz is not None else moment.astimezone()  # type: ignore[arg-type]
+    except OverflowError:  # a damaged record's year 1 or 9999, moved past the calendar's end
+        return str(text)
     today = (now or datetime.now(UTC)).astimezone(local.tzinfo)
     if local.date() == today.date():
-        return local.strftime("%H:%M:%S")
+        return local.strftime(clock)
     if local.year == today.year:
         return local.strftime("%b %d %H:%M")
     return local.strftime("%Y-%m-%d %H:%M")
@@ -79,6 +91,7 @@ def human_timeout(seconds: float | None) -> str:
 __all__ = [
     "human_duration",
     "human_timeout",
+    "local_minute",
     "local_time",
     "parse_iso",
     "seconds_between",

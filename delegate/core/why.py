@@ -16,7 +16,19 @@ from datetime import datetime
 from typing import Any
 
 from delegate.core.eventlines import reason_words
-from delegate.core.timefmt import human_timeout, local_time, parse_iso, record_timestamp
+from delegate.core.outcome import (
+    agent_retry_sentence,
+    denied_count,
+    denied_summary,
+    resumes_at,
+)
+from delegate.core.timefmt import (
+    human_timeout,
+    local_minute,
+    local_time,
+    parse_iso,
+    record_timestamp,
+)
 
 # Endings concluded from not seeing something (a server that cannot be asked, a host silent
 # past its grace), not from seeing it happen.
@@ -144,7 +156,7 @@ def transitions(
         terminal = status in ("completed", "error", "cancelled")
         if terminal:
             fact = ending_fact(status, entry.get("error"), cause, job)
-            sentence = f"{status} at {when}: {fact}"
+            sentence = f"{status} at {when}: {fact}{_denials(job)}"
         elif kind == "registered":
             sentence = f"registered at {when} ({status})"
         else:
@@ -161,6 +173,36 @@ def transitions(
             }
         )
     return steps
+
+
+def _denials(job: Mapping[str, Any]) -> str:
+    """`; its agent CLI denied 2 tool calls (Bash x2)`: work asked for and not done."""
+    denied = job.get("denied_tools")
+    count = denied_count(denied)
+    if not count:
+        return ""
+    return f"; {count} by its agent CLI ({denied_summary(denied)})"
+
+
+def present_fact(
+    job: Mapping[str, Any], now: datetime, *, previous_error: str | None = None
+) -> str | None:
+    """What holds an open job now, beyond its last change: the agent CLI retrying its API, or
+    a queued attempt waiting for its time (`previous_error`: how the attempt before it ended)."""
+    status = job.get("status")
+    retry = job.get("agent_retry")
+    if status not in ("completed", "error", "cancelled") and isinstance(retry, Mapping):
+        return agent_retry_sentence(job.get("agent"), retry)
+    if resumes_at(status, job.get("not_before"), now) is None:
+        return None
+    after = ""
+    if (previous_error or "").startswith("rate_limited"):
+        after = f" after the rate limit of attempt {max(1, _int(job.get('attempt')) - 1)}"
+    return f"waiting, resumes {local_minute(job.get('not_before'), now=now)}{after}"
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
 
 
 def why_text(steps: Sequence[Mapping[str, Any]], *, attempt: str = "") -> str:

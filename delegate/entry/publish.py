@@ -162,19 +162,23 @@ def _hook_request(request: dict[str, object]) -> None:
 
 
 def _permission(payload: dict[str, object]) -> bool:
-    """Hand a permission request to the pane's wrapper and print its decision for the agent;
-    False when no wrapper can decide (the request is then only reported)."""
+    """Hand a permission request to the pane's wrapper and print its decision for the agent
+    (none when the wrapper leaves the call to the agent's own settings); False when no wrapper
+    can decide (the request is then only reported)."""
     path = settings().publish_socket
     if not path:
         return False
     asked = {
         "op": "permission",
+        "hook": payload.get("hook_event_name"),
         "tool_name": payload.get("tool_name"),
         "tool_input": payload.get("tool_input"),
     }
     # One attempt, and no client-side deadline shorter than the wrapper's: it answers when a
     # person, a rule or [approvals] timeout decides; asking twice would ask the person twice.
     answer = request(path, asked, timeout_s=PERMISSION_WAIT_S, attempts=1)
+    if answer is not None and answer.get("ok") and answer.get("hook_output") is None:
+        return True  # the agent's own settings decide this call
     if answer is None or not answer.get("ok") or not isinstance(answer.get("hook_output"), dict):
         if answer is not None and not answer.get("ok"):
             say(f"hook: {answer.get('message', 'the permission request failed')}")
@@ -197,7 +201,8 @@ def main_hook(argv: list[str]) -> int:
         payload = json.loads(raw) if len(raw) <= 1024 * 1024 else None
         if not isinstance(payload, dict):
             raise UsageError("the hook input is not a JSON object of at most 1 MiB")
-        if payload.get("hook_event_name") == "PermissionRequest" and _permission(payload):
+        deciding = payload.get("hook_event_name") in ("PreToolUse", "PermissionRequest")
+        if deciding and _permission(payload):
             return 0  # decided: the answer is on stdout for the agent
         from delegate.core.channels import hook_events  # the hook's, not publish's
 

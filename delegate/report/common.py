@@ -24,6 +24,7 @@ class Report(NamedTuple):
     resources: list[dict[str, Any]] = []  # noqa: RUF012 - a NamedTuple default, never mutated
     failures: list[dict[str, Any]] = []  # noqa: RUF012 - a NamedTuple default, never mutated
     groups: list[dict[str, Any]] = []  # noqa: RUF012 - per queue group (`--group`), as agents
+    denied: list[dict[str, Any]] = []  # noqa: RUF012 - per tool its agent CLIs denied (figures)
 
 
 def plain(value: Any) -> Any:
@@ -143,6 +144,16 @@ def retries_line(figures: dict[str, Any]) -> str:
     if retried - succeeded - failed:
         parts.append(f"{retried - succeeded - failed:,} cancelled or not ended")
     return f"{attempts}; {_plural(retried, 'job')} retried: {', '.join(parts)}"
+
+
+def denials_line(figures: dict[str, Any], per_tool: list[dict[str, Any]]) -> str:
+    """`2 jobs completed with denied tool calls; 3 calls denied: Bash 2, WebFetch 1`."""
+    calls = figures.get("denied_tool_calls") or 0
+    if not calls:
+        return "no tool call was denied"
+    jobs = _plural(figures.get("completed_with_denials") or 0, "job")
+    tools = ", ".join(f"{t['tool']} {t['calls']:,}" for t in per_tool)
+    return f"{jobs} completed with denied tool calls; {_plural(calls, 'call')} denied: {tools}"
 
 
 def retried_agents(report: Report) -> list[dict[str, Any]]:

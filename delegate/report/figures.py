@@ -20,6 +20,10 @@ Definitions (the tests recompute each one in plain Python):
 - the time range covered: the earliest line of a counted job to the latest line of one.
 - attempts and retries: each job's `retried_by` is the `attempt` of its first `retried` line;
   chains of attempts and what they count are defined in report/retries.py.
+- denied tool calls: a job's `denied_tools` in status.json (one tool name per call its agent
+  CLI denied; anything but a list of names counts as none). Totals: the calls denied, and the
+  completed jobs with at least one (`completed_with_denials`); per tool (`denied`): its calls
+  and the jobs that had one, most calls first, then by name.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     DoubleType,
     LongType,
     StringType,
@@ -75,6 +80,7 @@ STATUS_SCHEMA = StructType(
         StructField("tokens_in", LongType()),
         StructField("tokens_out", LongType()),
         StructField("group", StringType()),
+        StructField("denied_tools", ArrayType(StringType())),
     ]
 )
 _NUMBERS = {"cost_usd": float, "tokens_in": int, "tokens_out": int}
@@ -243,6 +249,9 @@ def local_frame(spark: SparkSession, rows: list[tuple[Any, ...]], schema: Struct
 
 def _value(name: str, value: Any) -> Any:
     """A status field as its schema wants it; anything else (damaged, missing) is null."""
+    if name == "denied_tools":
+        names = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return value if names else None
     kind = _NUMBERS.get(name)
     if kind is None:
         return value if isinstance(value, str) else None
@@ -324,6 +333,7 @@ def _status_fields(status: DataFrame) -> DataFrame:
         "tokens_in",
         "tokens_out",
         "group",
+        "denied_tools",
     )
 
 
@@ -376,6 +386,7 @@ def jobs_from_summary(summary: DataFrame, status: DataFrame) -> DataFrame:
             "last_seen_at",
             "retried_by",
             "group",
+            "denied_tools",
         )
         .withColumn(
             "failure_reason",
@@ -589,6 +600,7 @@ def collect(frames: dict[str, DataFrame], *, malformed: int = 0) -> Report:
         "covers_from": min(seen) if seen else None,  # same-format UTC text: orders as time
         "covers_to": max(last) if last else None,
         **retries.count(found),
+        **denial_totals(jobs),
     }
     resources = rows.get("resources", [])
     failures = rows.get("failures", [])
@@ -601,4 +613,33 @@ def collect(frames: dict[str, DataFrame], *, malformed: int = 0) -> Report:
         resources,
         sorted(failures, key=lambda f: (-f["jobs"], f["reason"])),
         sorted(rows.get("groups", []), key=lambda g: str(g["group"])),
+        denied_per_tool(jobs),
     )
+
+
+def _denied(job: dict[str, Any]) -> list[str]:
+    tools = job.get("denied_tools")
+    return [t for t in tools if isinstance(t, str)] if isinstance(tools, list) else []
+
+
+def denial_totals(jobs: list[dict[str, Any]]) -> dict[str, int]:
+    """The tool calls agent CLIs denied, and the completed jobs with at least one: work that
+    reads as done and was not all done."""
+    return {
+        "denied_tool_calls": sum(len(_denied(j)) for j in jobs),
+        "completed_with_denials": sum(1 for j in jobs if j["status"] == "completed" and _denied(j)),
+    }
+
+
+def denied_per_tool(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per tool: the calls denied and the jobs that had one, most calls first, then by name."""
+    calls: dict[str, int] = {}
+    holders: dict[str, set[str]] = {}
+    for job in jobs:
+        for tool in _denied(job):
+            calls[tool] = calls.get(tool, 0) + 1
+            holders.setdefault(tool, set()).add(job["job_id"])
+    return [
+        {"tool": tool, "calls": n, "jobs": len(holders[tool])}
+        for tool, n in sorted(calls.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]

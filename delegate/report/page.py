@@ -14,6 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from delegate.core.outcome import outcome_words
 from delegate.core.timefmt import human_duration
 from delegate.report.charts import charts
 from delegate.report.common import (
@@ -25,6 +26,7 @@ from delegate.report.common import (
     as_reasons,
     as_text,
     coverage,
+    denials_line,
     page_time,
     retried_agents,
     retries_line,
@@ -195,7 +197,7 @@ def _job_row(j: dict[str, Any], links: Links, tz: tzinfo | None) -> list[Cell]:
     """One job's cells, in JOB_HEADERS' order."""
     return [
         Cell(links.job(j["job_id"]), "text"),
-        Cell(f'<span class="status {_esc(j["status"])}">{_esc(j["status"])}</span>', "text"),
+        _status_cell(j),
         _txt(as_text(j.get("agent")), "free"),
         _txt(as_text(j.get("session")), "free"),
         _time_cell(j.get("registered_at"), tz),
@@ -209,6 +211,13 @@ def _job_row(j: dict[str, Any], links: Links, tz: tzinfo | None) -> list[Cell]:
         _txt(as_text(j.get("error")), "free"),
         _num(as_cost(j.get("cost_usd"))),
     ]
+
+
+def _status_cell(j: dict[str, Any]) -> Cell:
+    """`completed, 2 tool calls denied` for a completion with denials: not a plain success."""
+    said = outcome_words(j["status"], j.get("denied_tools"))
+    kind = "denied" if said != j["status"] else j["status"]
+    return Cell(f'<span class="status {_esc(kind)}">{_esc(said)}</span>', "text")
 
 
 def _jobs_table(report: Report, links: Links, tz: tzinfo | None) -> str:
@@ -240,6 +249,23 @@ def _retries(report: Report) -> str:
         for r in rows
     ]
     return line + _table(headers, cells, table_id="retries-table")
+
+
+def _denials(report: Report) -> str:
+    """The tool calls agent CLIs denied in a sentence, then per tool when there were any."""
+    line = f'<p id="denied-line">{_esc(denials_line(report.totals, report.denied))}.</p>'
+    if not report.denied:
+        return line
+    headers = [("Tool", "free"), ("Calls denied", "num"), ("Jobs", "num")]
+    cells = [
+        [
+            _txt(as_text(d.get("tool")), "free"),
+            _num(as_count(d.get("calls"))),
+            _num(as_count(d.get("jobs"))),
+        ]
+        for d in report.denied
+    ]
+    return line + _table(headers, cells, table_id="denied-table")
 
 
 def _days_table(report: Report) -> str:
@@ -354,6 +380,7 @@ def _sections(report: Report, links: Links, tz: tzinfo | None) -> str:
         [
             f'<section id="failures"><h2>Failures by reason</h2>{failures}</section>',
             f'<section id="retries"><h2>Attempts and retries</h2>{_retries(report)}</section>',
+            f'<section id="denied"><h2>Denied tool calls</h2>{_denials(report)}</section>',
             f'<section class="charts">{drawn}</section>',
             '<section id="agents"><h2>Per agent</h2>'
             f"{_group_table(report.agents, 'agent', 'agents-table')}</section>",

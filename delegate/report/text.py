@@ -10,6 +10,7 @@ from typing import Any
 
 from delegate.adapters.terminal import Column, terminal_width
 from delegate.adapters.terminal import print_table as print_rows
+from delegate.core.outcome import denied_count
 from delegate.core.timefmt import human_duration, local_time
 from delegate.report.common import (
     Report,
@@ -19,6 +20,7 @@ from delegate.report.common import (
     as_reasons,
     as_text,
     coverage,
+    denials_line,
     retried_agents,
     retries_line,
     sessions_shared,
@@ -65,7 +67,15 @@ def _job_cells(
         (Column("SILENCE", align="right"), lambda j: human_duration(j.get("longest_silence_s"))),
         (Column("PERMS", align="right"), lambda j: as_count(j.get("permission_requests"))),
         (Column("REJECTED", free=True), lambda j: as_reasons(j.get("rejected_by_reason"))),
-        (Column("ERROR", free=True), lambda j: as_text(j.get("error"))),
+        # a completion with denied tool calls says so where a failure says why
+        (
+            Column("ERROR", free=True),
+            lambda j: (
+                as_text(j.get("error"))
+                if j.get("error")
+                else as_text(denied_count(j.get("denied_tools")))
+            ),
+        ),
         (Column("COST", align="right"), lambda j: as_cost(j.get("cost_usd"))),
     ]
     shown = {c.header for c, _ in columns}
@@ -94,6 +104,7 @@ def print_report(
     _print_heading(report, width, now, when)
     _print_failures(report, width)
     _print_retries(report, width)
+    _print_denials(report, width)
     _print_groups(report, width)
     _print_days(report, width)
     _print_latest_jobs(report, width, when, jobs_limit)
@@ -150,6 +161,25 @@ def _print_retries(report: Report, width: int) -> None:
         [[as_text(r.get("agent")), *(cell(r) for _, cell in RETRY_CELLS)] for r in rows],
         empty="",
         title="retried jobs per agent",
+        width=width,
+    )
+
+
+def _print_denials(report: Report, width: int) -> None:
+    """The tool calls agent CLIs denied in a line, then per tool when there were any."""
+    print()
+    print(textwrap.fill(f"denied: {denials_line(report.totals, report.denied)}", width=width))
+    if not report.denied:
+        return
+    print()
+    print_rows(
+        [Column("TOOL", free=True), Column("CALLS", align="right"), Column("JOBS", align="right")],
+        [
+            [as_text(d.get("tool")), as_count(d.get("calls")), as_count(d.get("jobs"))]
+            for d in report.denied
+        ],
+        empty="",
+        title="denied tool calls per tool",
         width=width,
     )
 

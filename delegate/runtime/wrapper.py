@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import IO, Any
 
 from delegate.adapters.fsio import path_with
@@ -41,10 +42,16 @@ from delegate.config.settings import (
     process_env,
 )
 from delegate.coord.heartbeats import Beater
-from delegate.core.approvals import hook_answer
+from delegate.core.approvals import (
+    PERMISSION_REQUEST,
+    PRE_TOOL_USE,
+    claude_settles,
+    hook_answer,
+)
 from delegate.core.channels import parser_for
 from delegate.core.errors import BusError, DelegateError, PublishRefused, guarded, say
 from delegate.core.model import EventType
+from delegate.core.timefmt import record_timestamp
 from delegate.runtime.mcp_warm import start_for_job
 from delegate.runtime.spending import Spending, stop_ladder
 from delegate.services.jobs import agent_env
@@ -176,12 +183,22 @@ class ChannelListener:
     counts the usage it reports against the job's budget (`spending`)."""
 
     def __init__(
-        self, state: State, job_id: str, channel: str, spending: Spending | None = None
+        self,
+        state: State,
+        job_id: str,
+        channel: str,
+        spending: Spending | None = None,
+        stop: Callable[[], None] | None = None,
     ) -> None:
         self.state = state
         self.job_id = job_id
-        self.parser = parser_for(channel, time.time)
+        job = state.registry.get(job_id)
+        # a resumed conversation's running totals so far: its usage counts from there
+        baseline = job.conversation_usage if job.conversation_id else None
+        self.parser = parser_for(channel, time.time, baseline=baseline, thread=job.conversation_id)
         self.spending = spending
+        self.stop = stop
+        self.retrying = False  # the record shows the agent retrying its API (agent_retry)
 
     def line(self, raw: bytes) -> None:
         if self.parser is not None:
@@ -200,6 +217,9 @@ class ChannelListener:
             if item.conversation_id:
                 record_conversation(self.state, self.job_id, item.conversation_id)
                 continue
+            self._note_retry(item)
+            if isinstance(item.data.get("thread_usage"), dict):
+                self.state.registry.update(self.job_id, conversation_usage=item.data["thread_usage"])
             if item.usage is not None and self.spending is not None:
                 self.spending.count(item.usage, item.model)
             if item.event is None:
@@ -208,8 +228,34 @@ class ChannelListener:
                 if self.spending is not None:
                     self.spending.reported(item.data.get("cost_usd"))
                 record_usage(self.state, self.job_id, item.data)
+                record_denials(self.state, self.job_id, item.data.get("denied_tools"))
             with contextlib.suppress(PublishRefused):
                 report(self.state, self.job_id, item.event, detail=item.detail, data=item.data)
+            if item.data.get("stop_agent") and self.stop is not None:
+                self.stop()  # it would only retry what waiting cannot heal (a refused key)
+
+    def _note_retry(self, item: Any) -> None:
+        """Claude's `api_retry` lines (and codex's reconnects) are a waiting state the record
+        shows until the agent is heard from otherwise."""
+        retry = item.data.get("agent_retry") if item.event == "progress" else None
+        if isinstance(retry, dict):
+            self.retrying = True
+            stamp = record_timestamp()
+            self.state.registry.update(self.job_id, agent_retry={**retry, "at": stamp})
+        elif self.retrying:
+            self.retrying = False
+            self.state.registry.update(self.job_id, agent_retry=None)
+
+
+def record_denials(state: State, job_id: str, denied: object) -> None:
+    """The tool calls the agent's CLI denied (its final word's list), into the record and an
+    audit line each, before the ending is published: a job that did nothing is seen as such."""
+    if not isinstance(denied, list) or not denied:
+        return
+    names = [str(name) for name in denied]
+    state.registry.update(job_id, denied_tools=names)
+    for name in names:
+        state.audit.append(job_id, "tool_denied", tool_name=name)
 
 
 def record_usage(state: State, job_id: str, data: dict[str, Any]) -> None:
@@ -232,10 +278,11 @@ def serve_publishes(state: State, job_id: str, identity: AgentIdentity | None = 
     theirs, since the job's log folder is closed to them."""
 
     remembered: list[str] = []  # tools `approve --remember` allowed for the rest of the job
+    permission = state.registry.get(job_id).launch.get("permission") or {}
 
     def handle(request: dict[str, Any]) -> dict[str, Any]:
         if request.get("op") == "permission":  # a permission hook waiting for its decision
-            return _permission(state, job_id, request, remembered)
+            return _permission(state, job_id, request, remembered, permission)
         if request.get("op") == "conversation":  # a hook naming the agent's conversation
             return _conversation(state, job_id, request)
         return _publish(state, job_id, request)
@@ -275,18 +322,28 @@ def _publish(state: State, job_id: str, request: dict[str, Any]) -> dict[str, An
 
 
 def _permission(
-    state: State, job_id: str, request: dict[str, Any], remembered: list[str]
+    state: State,
+    job_id: str,
+    request: dict[str, Any],
+    remembered: list[str],
+    permission: dict[str, Any],
 ) -> dict[str, Any]:
     """Decide a permission request (a rule, a person, the timeout) and give the hook the
-    answer it prints for its agent."""
+    answer it prints for its agent. A PreToolUse call that Claude's own settings let run
+    without asking (a read-only tool, `allowed_tools`, its permission mode) is left to it:
+    the answer holds no hook output, and Claude goes on as it would without the hook."""
     tool = str(request.get("tool_name") or "a tool")
+    hook = PRE_TOOL_USE if request.get("hook") == PRE_TOOL_USE else PERMISSION_REQUEST
+    allowed = permission.get("allowed_tools") or ()
+    if hook == PRE_TOOL_USE and claude_settles(tool, permission.get("mode"), allowed):
+        return {"ok": True, "hook_output": None}
     try:
         decision = ask(state, job_id, tool, request.get("tool_input"), remembered=remembered)
     except DelegateError as exc:
         return {"ok": False, "message": str(exc), "exit_code": exc.exit_code}
     if decision.remember and tool not in remembered:
         remembered.append(tool)
-    return {"ok": True, "hook_output": hook_answer(decision)}
+    return {"ok": True, "hook_output": hook_answer(decision, hook)}
 
 
 def outcome_for(returncode: int, clean_exit: str) -> tuple[str, str]:
@@ -452,7 +509,10 @@ def _run_agent(
     assert agent.stdout is not None
     # A daemon: a background child of the agent may hold its stdout open long after it exits.
     spending = Spending(state, job_id, stop=lambda: stop_ladder(agent.pid))
-    listener = ChannelListener(state, job_id, str(launch.get("channel") or "none"), spending)
+    channel = str(launch.get("channel") or "none")
+    listener = ChannelListener(
+        state, job_id, channel, spending, stop=lambda: stop_ladder(agent.pid)
+    )
     threads.append(
         threading.Thread(target=_copy_output, args=(agent.stdout, log_path, listener), daemon=True)
     )

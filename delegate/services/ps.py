@@ -18,6 +18,7 @@ from delegate.core import fastjson
 from delegate.core.caps import Slots, waiting_for
 from delegate.core.errors import DelegateError
 from delegate.core.model import Job, JobState, Pane, Session, SessionState, TmuxView
+from delegate.core.outcome import resumes_at, status_note
 from delegate.core.retry import attempt_label
 from delegate.core.timefmt import parse_timestamp, record_timestamp, seconds_between
 from delegate.services.state import State
@@ -44,6 +45,14 @@ class Row(NamedTuple):
     group: str | None = None
     waiting_for: str | None = None  # a queued job: why it has not started yet
     attempt: str = ""  # `2/3`: which attempt of how many its --retries allow (core/retry)
+    # What its record says beyond its state (core/outcome): the tool calls its agent CLI
+    # denied, the agent CLI's own API retry under way, and a queued attempt's earliest start
+    # (`resumes_at`: that time while it is still ahead, else None).
+    denied_tools: list[str] | None = None
+    agent_retry: dict[str, Any] | None = None
+    not_before: str | None = None
+    resumes_at: str | None = None
+    note: str = ""  # the table's REASON when core/outcome says something (never in to_dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in JSON_KEYS}
@@ -63,6 +72,10 @@ JSON_KEYS = (
     "group",
     "waiting_for",
     "attempt",
+    "denied_tools",
+    "agent_retry",
+    "not_before",
+    "resumes_at",
 )
 
 
@@ -222,6 +235,13 @@ def row_for(
     hosted = session is not None and session.job_id == job.job_id
     last, detail = event if event is not None else _last_event(state, job.job_id)
     duration, ended = job_timing(job, context.now)
+    note = status_note(
+        job.status.value,
+        denied_tools=job.denied_tools,
+        agent_retry=job.agent_retry,
+        not_before=job.not_before,
+        now=context.now,
+    )
     return Row(
         job.job_id,
         job.status.value,
@@ -234,13 +254,20 @@ def row_for(
         queue_position,
         job.host,
         duration_s=duration,
-        end_reason=_end_reason(job, queue_position, waiting),
+        # what the record says beyond the state (core/outcome: a wait to resume, the agent's
+        # API retry, a completion's denials) comes before the queue place or the ending
+        end_reason=note or _end_reason(job, queue_position, waiting),
         started_at=job.started_at,
         ended_at=ended,
         last_detail=detail,
         group=job.group,
         waiting_for=waiting,
         attempt=attempt_label(job),
+        denied_tools=list(job.denied_tools) if job.denied_tools is not None else None,
+        agent_retry=dict(job.agent_retry) if job.agent_retry is not None else None,
+        not_before=job.not_before,
+        resumes_at=resumes_at(job.status.value, job.not_before, context.now),
+        note=note,
     )
 
 

@@ -3,12 +3,14 @@ the audit logs, put into words by core/why."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from delegate.adapters.audit import REGISTERED, STATUS_CHANGED
+from delegate.core.errors import DelegateError
 from delegate.core.model import Job
 from delegate.core.retry import attempt_label
-from delegate.core.why import transitions, why_text
+from delegate.core.why import present_fact, transitions, why_text
 from delegate.services.state import State
 
 
@@ -22,9 +24,22 @@ def job_transitions(state: State, job: Job) -> list[dict[str, Any]]:
     return transitions(entries, job.public_dict())
 
 
+def _why(state: State, job: Job, steps: list[dict[str, Any]], now: datetime) -> str:
+    """The chain of changes, then what holds the job now (core/why.present_fact)."""
+    previous = None
+    if job.retry_of:
+        try:
+            previous = state.registry.get(job.retry_of).error
+        except DelegateError:
+            previous = None  # a chain's record removed by hand: say the rest
+    now_fact = present_fact(job.public_dict(), now, previous_error=previous)
+    return why_text(steps) + (f"; now {now_fact}" if now_fact else "")
+
+
 def attempts(state: State, job: Job) -> list[dict[str, Any]]:
     """Every attempt of `job`'s chain, first to last: its id, number, state, reason and why."""
     out = []
+    now = datetime.now(UTC)
     for one in state.attempts(job):
         steps = job_transitions(state, one)
         out.append(
@@ -35,7 +50,7 @@ def attempts(state: State, job: Job) -> list[dict[str, Any]]:
                 "status": one.status.value,
                 "reason": one.error,
                 "not_before": one.not_before,
-                "why": why_text(steps),
+                "why": _why(state, one, steps, now),
             }
         )
     return out
@@ -48,7 +63,7 @@ def explain(state: State, job_id: str) -> dict[str, Any]:
     return {
         "job_id": job.job_id,
         "status": job.status.value,
-        "why": why_text(steps),
+        "why": _why(state, job, steps, datetime.now(UTC)),
         "transitions": steps,
         "attempts": attempts(state, job),
     }

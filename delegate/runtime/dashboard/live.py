@@ -46,8 +46,9 @@ Listener = Callable[[dict[str, Any]], None]
 
 
 # Fields that grow with the clock: a row whose other fields are the same has not changed (the
-# page adds the time since `as_of` to them itself).
-CLOCK_FIELDS = frozenset({"age_s", "duration_s", "as_of"})
+# page adds the time since `as_of` to them itself; `note`'s countdown it says again from the
+# row's `agent_retry`).
+CLOCK_FIELDS = frozenset({"age_s", "duration_s", "as_of", "note"})
 
 
 def _same(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:

@@ -46,6 +46,9 @@ JOB_FIELDS = (
     "attempt",
     "retry_of",
     "retried_by",
+    "not_before",
+    "denied_tools",
+    "agent_retry",
 )
 TERMINAL_STATES = frozenset(
     {"completed", "error", "failed", "cancelled"}
@@ -56,7 +59,11 @@ DIFF_LIMIT = 200_000
 
 
 def row_dict(row: ps.Row, cost_usd: float | None) -> dict[str, Any]:
-    """One line of the jobs table: `ps`'s row with the cost from the job's record."""
+    """One line of the jobs table: `ps`'s row with the cost from the job's record.
+
+    `note` is what core/outcome says beside the state when the row was built; the page and
+    `top` say it again from `denied_tools`, `agent_retry` and `not_before` as their clock runs
+    (an API retry's countdown, a resume in the reader's own time zone)."""
     return {
         "job_id": row.job_id,
         "state": row.job_state,
@@ -75,6 +82,10 @@ def row_dict(row: ps.Row, cost_usd: float | None) -> dict[str, Any]:
         "cost_usd": cost_usd,
         "group": row.group,
         "waiting_for": row.waiting_for,
+        "denied_tools": row.denied_tools,
+        "agent_retry": row.agent_retry,
+        "not_before": row.not_before,
+        "note": row.note,
     }
 
 

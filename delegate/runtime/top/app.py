@@ -47,6 +47,7 @@ STATE_STYLES = {
     "completed": "dim",
 }
 PERMISSION_STYLE = "bold black on yellow"
+DENIED_STYLE = "yellow"  # completed, but its agent CLI denied tool calls: not a plain success
 
 
 class RowsChanged(Message):
@@ -247,18 +248,25 @@ class TopApp(App[int]):
             for text in texts:
                 text.stylize(PERMISSION_STYLE)
         else:
-            texts[1].stylize(STATE_STYLES.get(str(row.get("state")), ""))
+            state = str(row.get("state"))
+            denied = state == "completed" and bool(row.get("denied_tools"))
+            texts[1].stylize(DENIED_STYLE if denied else STATE_STYLES.get(state, ""))
             if row.get("state") in TERMINAL_STATES:
                 texts[0].stylize("dim")
         return texts
 
     def _tick(self) -> None:
-        """Count on the TIME of jobs still going (a clock, not a look for events)."""
+        """Count on the TIME of jobs still going, and the countdown of an agent CLI's API retry
+        (a clock, not a look for events)."""
         table = self.query_one(JobsTable)
+        keys = [c.key for c in self._shown]
         for key in (k.value for k in table.rows):
             row = self._rows.get(key or "")
             if row is not None and row.get("state") not in TERMINAL_STATES:
                 table.update_cell(key or "", "time", Text(human_duration(view.elapsed(row))))
+                if row.get("agent_retry") and "event" in keys:
+                    event = self._cells(key or "")[keys.index("event")]
+                    table.update_cell(key or "", "event", event)
 
     def _show_head(self) -> None:
         text = f"delegate top · {view.counts(list(self._rows.values()))}"

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from delegate.adapters.audit import PUBLISHED, RECEIVED, parse_line
 from delegate.core.errors import DelegateError
 from delegate.core.eventlines import audit_line
+from delegate.core.outcome import denied_summary, record_note, status_note
 from delegate.core.retry import attempt_label
 from delegate.core.timefmt import human_duration
 from delegate.runtime.dashboard.snapshot import TERMINAL_STATES
@@ -70,15 +71,29 @@ def elapsed(row: dict[str, Any], now: float | None = None) -> float | None:
     return float(duration) + max(0.0, now - as_of) if as_of else float(duration)
 
 
+def note(row: dict[str, Any]) -> str:
+    """What core/outcome says beside the row's state, now (an API retry's countdown runs)."""
+    return status_note(
+        row.get("state"),
+        denied_tools=row.get("denied_tools"),
+        agent_retry=row.get("agent_retry"),
+        not_before=row.get("not_before"),
+    )
+
+
 def what_happens(row: dict[str, Any]) -> str:
-    """The free column: why a queued job waits; else the last event with its detail; else why
-    it ended."""
+    """The free column: a queued attempt's resume time, else why a queued job waits; what
+    it asks; the agent CLI's API retry; else the last event with its detail, then why it ended
+    (a completion with denied tool calls says so first)."""
+    said_now = note(row)
     if row.get("state") == "queued":
-        return f"waits for {row.get('waiting_for') or 'a slot'}"
+        return said_now or f"waits for {row.get('waiting_for') or 'a slot'}"
     event = str(row.get("last_event") or "")
     detail = str(row.get("last_detail") or "")
     if needs_permission(row):  # what it asks first: the column is short at 80 wide
         return f"ASKS: {detail}" if detail else "ASKS permission"
+    if said_now:  # first: the column is short at 80 wide
+        return said_now
     said = f"{event}: {detail}" if event and detail else event
     if row.get("state") in TERMINAL_STATES and row.get("end_reason") not in (None, "", "-"):
         said = f"{said} ({row['end_reason']})" if said else str(row["end_reason"])
@@ -166,6 +181,10 @@ def detail_lines(state: State, job_id: str, *, width: int = 80, pane_lines: int 
     lines = [f"job {job_id}  {job.status.value}  {job.agent or '-'}  session {job.session or '-'}"]
     if job.error:
         lines.append(f"ended: {job.error}")
+    said = record_note(job.public_dict())
+    if said:
+        tools = denied_summary(job.denied_tools) if job.status.terminal else ""
+        lines.append(f"{said} ({tools})" if tools else said)
     lines += ["", "── pane (last lines) ──"]
     if job.host:
         lines.append(f"(the pane is on host {job.host})")

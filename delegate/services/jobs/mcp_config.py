@@ -37,6 +37,19 @@ def server_entry(env: Mapping[str, str]) -> dict[str, object]:
     return {"command": sys.executable, "args": ["-m", SERVER_MODULE], "env": keep}
 
 
+# Claude Code in print mode refuses an MCP tool no one allowed; ours are the job's own.
+CLAUDE_TOOLS = f"mcp__{SERVER_NAME}"
+ALLOWED_TOOLS = "--allowedTools="
+
+
+def allow_claude_tools(argv: list[str], tools: str) -> list[str]:
+    """`argv` with `tools` added to its one `--allowedTools=` word (made when there is none)."""
+    for index, word in enumerate(argv):
+        if word.startswith(ALLOWED_TOOLS):
+            return [*argv[:index], f"{word},{tools}", *argv[index + 1 :]]
+    return [*argv, ALLOWED_TOOLS + tools]
+
+
 def registers(profile: str, argv: list[str]) -> bool:
     """Whether `register` registers the server for this agent (its wrapper then starts a warm
     one: runtime/mcp_warm)."""
@@ -52,12 +65,15 @@ def register(profile: str, argv: list[str], job_dir: Path, env: Mapping[str, str
         path = job_dir / CONFIG_FILE
         config = {"mcpServers": {SERVER_NAME: {"type": "stdio", **entry}}}
         atomic_write(path, json.dumps(config, indent=2).encode("utf-8"))  # 0600
-        return [argv[0], *argv[1:], "--mcp-config", str(path)]
+        return [*allow_claude_tools(argv, CLAUDE_TOOLS), f"--mcp-config={path}"]
     prefix = f"mcp_servers.{SERVER_NAME}"
     overrides = [
         f"{prefix}.command={json.dumps(entry['command'])}",
         f"{prefix}.args={json.dumps(entry['args'])}",
         *(f"{prefix}.env.{k}={json.dumps(v)}" for k, v in dict(entry["env"]).items()),  # type: ignore[call-overload]
+        # `codex exec` runs under approval policy "never": an MCP call no one approved is
+        # refused, so our own tools are approved here (and only ours).
+        f'{prefix}.default_tools_approval_mode="approve"',
     ]
     after = 2 if argv[1:2] == ["exec"] else 1
     return [*argv[:after], *(x for o in overrides for x in ("-c", o)), *argv[after:]]

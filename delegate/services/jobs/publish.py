@@ -10,7 +10,7 @@ from delegate.adapters import audit
 from delegate.adapters.publish_socket import through_wrapper
 from delegate.config.logsetup import get_logger
 from delegate.config.settings import JOB_ENV, settings
-from delegate.core import fastjson
+from delegate.core import channels, fastjson
 from delegate.core.errors import BusError, DelegateError, PublishRefused, UsageError
 from delegate.core.model import EVENT_TARGET_STATE, EventType, Job, validate_job_id
 from delegate.core.protocol import (
@@ -214,6 +214,11 @@ def answer_publish(
 
 
 def record_conversation(state: State, job_id: str, conversation_id: str) -> None:
+    """Record the conversation an agent names, when it is a plain id: it becomes a word of
+    the job's resume command, so nothing that reads as an option (or worse) is kept."""
+    if channels.conversation_id(conversation_id) is None:
+        state.audit.append(job_id, "conversation_refused", given=conversation_id[:80])
+        return
     job = state.registry.get(job_id)
     if job.conversation_id != conversation_id:
         state.registry.update(job_id, conversation_id=conversation_id)

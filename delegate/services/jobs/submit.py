@@ -220,13 +220,16 @@ def parse_on_event(text: str | None) -> list[str] | None:
     return argv
 
 
-HOOK_EVENTS = ("PermissionRequest", "Notification", "Stop", "SessionStart")
+# PreToolUse gates each tool call: in print mode (`claude -p`) Claude Code shows no dialog and
+# never calls PermissionRequest, which stays for a profile that runs it interactively.
+HOOK_EVENTS = ("PreToolUse", "PermissionRequest", "Notification", "Stop", "SessionStart")
+DECIDING_HOOKS = ("PreToolUse", "PermissionRequest")
 
 
 def claude_settings(permission_wait_s: float) -> bytes:
     """This job's Claude Code settings (passed with --settings; the user's own are never
     edited): every hook we listen to calls this installation's `delegate hook`. The permission
-    hook waits for a decision up to `permission_wait_s` (`[approvals] timeout`), so Claude is
+    hooks wait for a decision up to `permission_wait_s` (`[approvals] timeout`), so Claude is
     told to wait a minute longer than that before it gives up on the hook."""
     import json  # json (its encoder and decoder): only a claude-stream job's settings need it
 
@@ -234,10 +237,16 @@ def claude_settings(permission_wait_s: float) -> bytes:
     hooks = {}
     for name in HOOK_EVENTS:
         command: dict[str, Any] = {"type": "command", "command": hook}
-        if name == "PermissionRequest":
+        if name in DECIDING_HOOKS:
             command["timeout"] = int(permission_wait_s) + 60
         hooks[name] = [{"matcher": "", "hooks": [command]}]
     return json.dumps({"hooks": hooks}, indent=2).encode()
+
+
+def in_repository(workdir: Path) -> bool:
+    """Whether `workdir` is inside a git repository (codex refuses to start outside one unless
+    told to): a `.git` in it or a folder above it."""
+    return any((folder / ".git").exists() for folder in (workdir, *workdir.parents))
 
 
 def check_run_as(user: str | None) -> None:
@@ -472,6 +481,7 @@ def _admit(
         job_id=job.job_id,
         settings_file=settings_path,
         conversation_id=request.conversation_id,
+        in_repository=in_repository(workdir),
     )
     env = agent_env.build(
         state,
@@ -483,7 +493,7 @@ def _admit(
     mcp = not request.no_mcp and mcp_config.registers(profile.name, argv)
     if mcp:
         argv = mcp_config.register(profile.name, argv, job_dir, env)
-    launch = {
+    launch: dict[str, Any] = {
         "argv": argv,
         "prompt": profile.prompt,
         "prompt_path": str(prompt_path),
@@ -492,6 +502,9 @@ def _admit(
         "channel": profile.channel,
         "mcp": mcp,  # its wrapper starts a warm `delegate mcp` (runtime/mcp_warm)
     }
+    if profile.channel == "claude-stream":  # what Claude settles itself; the rest is gated
+        allowed = [*profile.allowed_tools, *([mcp_config.CLAUDE_TOOLS] if mcp else [])]
+        launch["permission"] = {"mode": profile.permission_mode, "allowed_tools": allowed}
     fields = {
         "session": session,
         "tmux_socket": tmux.socket_path,

@@ -29,6 +29,62 @@ const duration = (row) =>
   row.duration_s == null ? null : row.duration_s + (OPEN.has(row.state) ? since(row) : 0);
 const cost = (row) => (row.cost_usd == null ? "-" : `$${row.cost_usd.toFixed(2)}`);
 
+// What a row says beside its state, as delegate/core/outcome.py says it (keep the two alike):
+// a completion's denied tool calls, the agent CLI's own API retry (its countdown runs here),
+// a queued attempt's resume time (in the reader's time zone).
+const TERMINAL = new Set(["completed", "error", "cancelled", "failed"]);
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+const pad = (n) => String(n).padStart(2, "0");
+const num = (v) => (typeof v === "number" && Number.isFinite(v) && Math.abs(v) < 1e15 ? v : null);
+const count = (v) => (num(v) == null ? null : String(Math.trunc(v)));
+const when = (text) => {
+  const t = typeof text === "string" && text ? Date.parse(text) : NaN;
+  return Number.isNaN(t) ? null : t;
+};
+
+function deniedCount(tools) {
+  const n = Array.isArray(tools) ? tools.length : 0;
+  return n === 0 ? "" : `${n} tool call${n === 1 ? "" : "s"} denied`;
+}
+
+function stateWords(row) {
+  const denied = deniedCount(row.denied_tools);
+  return row.state === "completed" && denied ? `completed, ${denied}` : row.state;
+}
+
+function retryWords(retry) {
+  const status = count(retry.error_status), error = retry.error;
+  let kind = "API error";
+  if (error === "reconnecting") kind = "reconnecting";
+  else if (status === "429" || error === "rate_limit") kind = "rate limited";
+  else if (status != null) kind = `API error ${status}`;
+  else if (typeof error === "string" && error) kind = `API error (${error})`;
+  const attempt = count(retry.attempt), most = count(retry.max_retries);
+  const which = attempt == null ? "retry" : `retry ${attempt}` + (most ? `/${most}` : "");
+  const delay = num(retry.retry_delay_ms), seen = when(retry.at);
+  const left = delay == null || seen == null ? null : Math.max(0, (seen + delay - Date.now()) / 1000);
+  return `${kind}, ${which}${left == null ? "" : ` in ${human(left)}`}`;
+}
+
+function minute(ms) {
+  const at = new Date(ms), today = new Date();
+  const clock = `${pad(at.getHours())}:${pad(at.getMinutes())}`;
+  if (at.toDateString() === today.toDateString()) return clock;
+  if (at.getFullYear() === today.getFullYear()) return `${MONTHS[at.getMonth()]} ${pad(at.getDate())} ${clock}`;
+  return `${at.getFullYear()}-${pad(at.getMonth() + 1)}-${pad(at.getDate())} ${clock}`;
+}
+
+const lastEvent = (row) => row.last_event + (row.last_detail ? ` · ${row.last_detail}` : "");
+const eventText = (row) => note(row) || lastEvent(row) || "-";
+
+function note(row) {
+  const resumes = when(row.not_before);
+  if (row.state === "queued" && resumes != null && resumes > Date.now()) return `waiting, resumes ${minute(resumes)}`;
+  const retry = row.agent_retry;
+  if (!TERMINAL.has(row.state) && retry && typeof retry === "object" && !Array.isArray(retry)) return retryWords(retry);
+  return "";
+}
+
 async function post(path, body) {
   const response = await fetch(path, {
     method: "POST",
@@ -59,15 +115,15 @@ function rowNode(row) {
   const tr = ROW.cloneNode(true);
   tr.dataset.job = row.job_id;
   tr.dataset.state = row.state;
-  const event = row.last_event + (row.last_detail ? ` · ${row.last_detail}` : "");
   const [id, state, agent, rowAge, rowDuration, last, rowCost, acts] = tr.children;
   id.textContent = row.job_id;
-  state.className = `state state-${row.state}`;
-  state.textContent = row.state;
+  const said = stateWords(row);
+  state.className = `state state-${said === row.state ? row.state : "denied"}`;
+  state.textContent = said;
   agent.textContent = row.agent;
   rowAge.textContent = human(age(row));
   rowDuration.textContent = human(duration(row));
-  last.textContent = event || "-";
+  last.textContent = eventText(row);
   rowCost.textContent = cost(row);
   actions(acts, row);
   return tr;
@@ -97,7 +153,7 @@ function order(a, b) {
 function matches(row) {
   const words = $("#filter").value.trim().toLowerCase();
   if (!words) return true;
-  const text = `${row.job_id} ${row.state} ${row.agent} ${row.last_event} ${row.last_detail}`;
+  const text = `${row.job_id} ${stateWords(row)} ${row.agent} ${row.last_event} ${row.last_detail} ${note(row)}`;
   return words.split(/\s+/).every((w) => text.toLowerCase().includes(w));
 }
 
@@ -279,6 +335,8 @@ function tick() {
     if (!row || !OPEN.has(row.state)) continue;
     tr.querySelector(".age").textContent = human(age(row));
     tr.querySelector(".duration").textContent = human(duration(row));
+    // an API retry's countdown runs; a resume time passes
+    if (row.agent_retry || row.not_before) tr.querySelector(".event").textContent = eventText(row);
   }
 }
 
