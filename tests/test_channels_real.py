@@ -624,3 +624,36 @@ def test_codex_turns_add_up_to_the_threads_totals(base, steps):
     assert counted["cached_input_tokens"] == cached - start["cached_input_tokens"]
     assert counted["output_tokens"] == output - start["output_tokens"]
     assert spent.tokens_in == uncached + cached - start["input_tokens"]
+
+
+def test_a_subscription_limit_ends_rate_limited_at_the_reset_claude_names():
+    """Claude Code on a subscription says `You've hit your session limit · resets 5:07am`
+    (words no pattern can date) after a `rate_limit_event` that carries the reset itself."""
+    parser = ClaudeStream()
+    event = {
+        "type": "rate_limit_event",
+        "rate_limit_info": {
+            "status": "rejected",
+            "resetsAt": 1795842447,
+            "rateLimitType": "five_hour",
+        },
+    }
+    assert parser.feed(json.dumps(event).encode()) == []
+    result = {
+        "type": "result",
+        "subtype": "success",
+        "is_error": True,
+        "api_error_status": 429,
+        "result": "You've hit your session limit · resets 5:07am (UTC)",
+    }
+    (ended,) = parser.feed(json.dumps(result).encode())
+    assert (ended.event, ended.detail) == ("error", "rate_limited: resets at 2026-11-28T05:07:27Z")
+
+
+def test_an_allowed_rate_limit_event_changes_nothing():
+    parser = ClaudeStream()
+    allowed = {"type": "rate_limit_event", "rate_limit_info": {"status": "allowed", "resetsAt": 5}}
+    parser.feed(json.dumps(allowed).encode())
+    result = {"type": "result", "is_error": True, "result": "API Error: 500 boom"}
+    (ended,) = parser.feed(json.dumps(result).encode())
+    assert (ended.event, ended.detail) == ("error", "API Error: 500 boom")

@@ -153,6 +153,8 @@ class ClaudeStream(_LineParser):
     def __init__(self) -> None:
         super().__init__()
         self.last_retry_error: str | None = None  # what the latest `api_retry` retried
+        # A subscription's limit refused (`rate_limit_event`, status rejected): its reset.
+        self.limit_resets_at: float | None = None
 
     def message(self, message: dict[str, Any]) -> list[ChannelEvent]:
         kind, subtype = message.get("type"), message.get("subtype")
@@ -161,6 +163,9 @@ class ClaudeStream(_LineParser):
             return [ChannelEvent(conversation_id=conversation)] if conversation else []
         if kind == "system" and subtype == "api_retry":
             return self.api_retry(message)
+        if kind == "rate_limit_event":
+            self.limit_resets_at = rejected_until(message.get("rate_limit_info"))
+            return []
         if kind == "assistant" and isinstance(message.get("message"), dict):
             self.last_retry_error = None  # the API answered: the retries before it worked
             said = message["message"]
@@ -213,6 +218,10 @@ class ClaudeStream(_LineParser):
         detail = text[:DETAIL_MAX] if isinstance(text, str) and text else said[:DETAIL_MAX]
         if failed:
             limited = usage_limit(text) if isinstance(text, str) else None
+            if self.limit_resets_at is not None:  # its own figure beats the words it shows
+                from delegate.core.retry import rate_limit_reason
+
+                limited = rate_limit_reason(self.limit_resets_at)
             if limited is None and self.gave_up_on_429(text):
                 # core.retry (datetime): only for an agent out of its limit
                 from delegate.core.retry import rate_limit_reason
@@ -232,6 +241,16 @@ class ClaudeStream(_LineParser):
             return True
         lowered = text.lower() if isinstance(text, str) else ""
         return lowered.startswith("api error: 429") or "request rejected (429)" in lowered
+
+
+def rejected_until(info: object) -> float | None:
+    """The reset (epoch seconds) of Claude's `rate_limit_event` when it refused the request
+    (`{"status": "rejected", "resetsAt": 1795842447, ...}`: a subscription's session or
+    weekly limit, shown as `You've hit your session limit · resets 5:07am`), else None."""
+    if not isinstance(info, dict) or info.get("status") != "rejected":
+        return None
+    reset = _bounded(info.get("resetsAt"), LAST_EPOCH)
+    return float(reset) if reset else None
 
 
 def retry_detail(retry: Mapping[str, Any]) -> str:

@@ -329,18 +329,25 @@ def _permission(
     permission: dict[str, Any],
 ) -> dict[str, Any]:
     """Decide a permission request (a rule, a person, the timeout) and give the hook the
-    answer it prints for its agent. A PreToolUse call that Claude's own settings let run
-    without asking (a read-only tool, `allowed_tools`, its permission mode) is left to it:
-    the answer holds no hook output, and Claude goes on as it would without the hook."""
+    answer it prints for its agent. A rule holds in every mode; a PreToolUse call no rule
+    decides that Claude's own settings let run without asking (a read-only tool,
+    `allowed_tools`, its permission mode) is left to Claude: the answer holds no hook output,
+    and Claude goes on as it would without the hook."""
     tool = str(request.get("tool_name") or "a tool")
     hook = PRE_TOOL_USE if request.get("hook") == PRE_TOOL_USE else PERMISSION_REQUEST
     allowed = permission.get("allowed_tools") or ()
-    if hook == PRE_TOOL_USE and claude_settles(tool, permission.get("mode"), allowed):
-        return {"ok": True, "hook_output": None}
+
+    def settled() -> bool:
+        return hook == PRE_TOOL_USE and claude_settles(tool, permission.get("mode"), allowed)
+
     try:
-        decision = ask(state, job_id, tool, request.get("tool_input"), remembered=remembered)
+        decision = ask(
+            state, job_id, tool, request.get("tool_input"), remembered=remembered, unless=settled
+        )
     except DelegateError as exc:
         return {"ok": False, "message": str(exc), "exit_code": exc.exit_code}
+    if decision is None:
+        return {"ok": True, "hook_output": None}
     if decision.remember and tool not in remembered:
         remembered.append(tool)
     return {"ok": True, "hook_output": hook_answer(decision, hook)}

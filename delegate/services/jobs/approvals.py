@@ -16,7 +16,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -95,9 +95,11 @@ def ask(
     *,
     remembered: Sequence[str] = (),
     settings: ApprovalSettings | None = None,
-) -> Decision:
+    unless: Callable[[], bool] | None = None,
+) -> Decision | None:
     """Decide one permission request of job `job_id`: by a rule, else by a person (or the
-    timeout). Blocks until decided."""
+    timeout). Blocks until decided. When no rule decides and `unless()` is true (the agent's
+    own settings settle the call), no person is asked: None."""
     settings = settings or settings_of(state)
     summary = summarize(tool_input)
     request_id = os.urandom(6).hex()
@@ -105,6 +107,8 @@ def ask(
     if ruled is not None:
         _audit_decision(state, job_id, request_id, tool, summary, ruled)
         return ruled
+    if unless is not None and unless():
+        return None
     folder = ensure_private_dir(_folder(state, job_id))
     request_path = folder / f"{request_id}{REQUEST}"
     deadline = time.time() + settings.timeout_s
