@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,10 +18,19 @@ import pytest
 from delegate.core.model import JobState
 from delegate.services.state import State
 
-from .helpers import json_lines, popen_cli, retry_until, run_cli
-from .models import AnthropicServer, bash, claude_env, claude_mcp, text
+from .helpers import json_lines, retry_until, run_cli
+from .models import (
+    AnthropicServer,
+    bash,
+    claude_env,
+    claude_mcp,
+    dead_url,
+    rate_limited,
+    server_error,
+    text,
+    unauthorized,
+)
 from .models.cli import AGENT_BIN
-from .models.script import Drop, rate_limited, server_error, unauthorized
 
 API_KEY = "sk-ant-scripted-0123456789"
 VENV_BIN = str(Path(sys.executable).parent)
@@ -78,14 +86,14 @@ def _waiting(home: Path, env: dict[str, str], timeout: float = 30.0) -> list[dic
 
 def _tool_results(server: AnthropicServer) -> list[dict[str, Any]]:
     """The tool_result blocks claude sent back to the model, in order."""
-    found = []
+    found: dict[str, dict[str, Any]] = {}
     for request in server.turn_requests:
         for message in request.body.get("messages", []):
             content = message.get("content")
             for block in content if isinstance(content, list) else []:
-                if block.get("type") == "tool_result" and block not in found:
-                    found.append(block)
-    return found
+                if block.get("type") == "tool_result":
+                    found.setdefault(block.get("tool_use_id"), block)
+    return list(found.values())
 
 
 def _text(block: dict[str, Any]) -> str:
@@ -175,5 +183,170 @@ def test_rules_and_profile_settings_decide_without_a_person(home, tmux_env, tmp_
         audit = State.open(env={"DELEGATE_HOME": str(home)}).audit
         makers = [d["maker"] for d in audit.read_events(job_id, kind="permission_decided")]
         assert makers == ["rule 1 (allow Bash touch *)"]
+    finally:
+        server.stop()
+
+
+def test_remember_allows_the_tool_for_the_rest_of_the_job(home, tmux_env, tmp_path):
+    server = AnthropicServer([bash("touch one"), bash("touch two"), text("both")]).start()
+    try:
+        _setup(home, server)
+        env = _env(tmux_env)
+        work = tmp_path / "work"
+        job_id = _submit(home, env, work)
+        _waiting(home, env)
+        assert run_cli(home, "approve", job_id, "--remember", env=env).returncode == 0
+        job = _ended(home, job_id)
+        assert job.status is JobState.COMPLETED and not job.denied_tools
+        assert (work / "one").exists() and (work / "two").exists()
+        audit = State.open(env={"DELEGATE_HOME": str(home)}).audit
+        makers = [d["maker"] for d in audit.read_events(job_id, kind="permission_decided")]
+        assert len(makers) == 2 and makers[1] == "remembered"
+    finally:
+        server.stop()
+
+
+def test_an_unanswered_call_is_denied_at_the_timeout(home, tmux_env, tmp_path):
+    server = AnthropicServer([bash("touch late"), text("gave up")]).start()
+    try:
+        _setup(home, server, '[approvals]\ntimeout = 1\non_timeout = "deny"\n')
+        env = _env(tmux_env)
+        result = _submit(home, env, tmp_path / "work", wait=True)
+        assert result.returncode == 0, result.stderr
+        job_id = json_lines(result.stdout)[0]["job_id"]
+        job = _job(home, job_id)
+        assert job.status is JobState.COMPLETED and job.denied_tools == ["Bash"]
+        assert not (tmp_path / "work" / "late").exists()
+        (denial,) = _tool_results(server)
+        assert denial.get("is_error") and "no decision within 1 s" in _text(denial)
+    finally:
+        server.stop()
+
+
+def test_api_retries_are_a_visible_waiting_state(home, tmux_env, tmp_path):
+    server = AnthropicServer([rate_limited(retry_after=4), text("after the wait")]).start()
+    try:
+        _setup(home, server, max_retries=3)
+        env = _env(tmux_env)
+        job_id = _submit(home, env, tmp_path / "work")
+
+        def retrying() -> dict[str, Any] | None:
+            listed = run_cli(home, "ps", "--json", env=env)
+            rows = [r for r in json_lines(listed.stdout) if r.get("job_id") == job_id]
+            return rows[0] if rows and rows[0].get("agent_retry") else None
+
+        row = retry_until(retrying, timeout=20, interval=0.1)
+        assert row["job_state"] == "running"
+        assert row["agent_retry"]["error"] == "rate_limit"
+        assert row["agent_retry"]["error_status"] == 429
+        assert (row["agent_retry"]["attempt"], row["agent_retry"]["max_retries"]) == (1, 3)
+        job = _ended(home, job_id)
+        assert job.status is JobState.COMPLETED, job.error
+        assert job.agent_retry is None
+    finally:
+        server.stop()
+
+
+def test_a_refused_key_ends_the_job_at_once(home, tmux_env, tmp_path):
+    """Claude retries a 401 like a 429 (ten times, minutes); a key does not heal by waiting."""
+    server = AnthropicServer([unauthorized()] * 12).start()
+    try:
+        _setup(home, server, max_retries=10)
+        env = _env(tmux_env)
+        started = time.monotonic()
+        result = _submit(home, env, tmp_path / "work", wait=True)
+        assert time.monotonic() - started < 20
+        assert result.returncode != 0
+        job = _job(home, json_lines(result.stdout)[0]["job_id"])
+        assert job.status is JobState.ERROR
+        assert "authentication failed" in (job.error or ""), job.error
+        assert len(server.turn_requests) <= 3  # stopped, not left to retry ten times
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("turns", "words"),
+    [
+        ([unauthorized(should_retry=False)], "Invalid API key"),
+        ([server_error()] * 3, "API Error: 500"),
+        (None, "Unable to connect to API"),
+    ],
+    ids=["401-no-retry", "500-storm", "server-down"],
+)
+def test_failures_end_in_error_in_the_clis_words(home, tmux_env, tmp_path, turns, words):
+    server = AnthropicServer(turns or []).start()
+    try:
+        if turns is None:
+            server.stop()
+            _setup(home, dead_url(), max_retries=1)
+        else:
+            _setup(home, server, max_retries=2)
+        env = _env(tmux_env)
+        started = time.monotonic()
+        result = _submit(home, env, tmp_path / "work", wait=True)
+        assert time.monotonic() - started < 45  # well within its idle and wall timeouts
+        job = _job(home, json_lines(result.stdout)[0]["job_id"])
+        assert job.status is JobState.ERROR
+        assert words in (job.error or ""), job.error
+        assert not (job.error or "").startswith("rate_limited")
+    finally:
+        server.stop()
+
+
+def test_our_mcp_tools_are_allowed_and_the_rest_still_gated(home, tmux_env, tmp_path):
+    server = AnthropicServer(
+        [
+            claude_mcp("delegate", "bb_put", key="result:answer", value=42),
+            bash("touch gated"),
+            text("stored"),
+        ]
+    ).start()
+    try:
+        _setup(home, server)
+        env = _env(tmux_env)
+        job_id = _submit(home, env, tmp_path / "work")
+        (request,) = _waiting(home, env)  # the Bash call asks; bb_put did not
+        assert request["tool"] == "Bash"
+        read = run_cli(home, "bb", "read", "result:answer", env=env)
+        assert read.returncode == 0 and json.loads(read.stdout) == 42, read.stdout
+        assert run_cli(home, "approve", job_id, env=env).returncode == 0
+        job = _ended(home, job_id)
+        assert job.status is JobState.COMPLETED and not job.denied_tools
+        mcp_result, bash_result = _tool_results(server)
+        assert not bash_result.get("is_error"), bash_result
+        assert not mcp_result.get("is_error"), mcp_result
+        argv = " ".join(job.launch["argv"])
+        assert API_KEY not in argv and job.auth_token not in argv
+        assert "--allowedTools=mcp__delegate" in argv
+    finally:
+        server.stop()
+
+
+def test_session_resume_continues_the_real_conversation(home, tmux_env, tmp_path):
+    server = AnthropicServer([text("first answer"), text("second answer")]).start()
+    try:
+        _setup(home, server)
+        env = _env(tmux_env)
+        first = _submit(home, env, tmp_path / "work", "--session", "talk", wait=True)
+        assert first.returncode == 0, first.stderr
+        job = _job(home, json_lines(first.stdout)[0]["job_id"])
+        assert job.conversation_id
+        resumed = run_cli(
+            home,
+            "session",
+            "resume",
+            "talk",
+            "--prompt",
+            "And then?",
+            "--wait",
+            env=env,
+            timeout=120,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        assert f"continues conversation {job.conversation_id}" in resumed.stderr
+        last = server.turn_requests[-1].body["messages"]
+        said = json.dumps(last)
+        assert "first answer" in said and "And then?" in said  # the earlier turns were sent
     finally:
         server.stop()

@@ -27,9 +27,9 @@ A table without `command` on a built-in profile's name extends it: `[profiles.cl
     env = { ANTHROPIC_BASE_URL = "https://gateway.example/anthropic" }
     pass_env = ["ANTHROPIC_API_KEY"]
 
-A table with `command` replaces the built-in profile. A top-level `max_running = N` caps all jobs, `[worktree]` sets
-`default = true` (every job in its own worktree), `keep_max_gb` and `keep_days` (worktrees over
-them are reported), and `[notify]` names a notifier:
+A table with `command` replaces the built-in profile. A top-level `max_running = N` caps all
+jobs, `[worktree]` sets `default = true` (every job in its own worktree), `keep_max_gb` and
+`keep_days` (worktrees over them are reported), and `[notify]` names a notifier:
 
     [notify]
     command = ["notify-send", "delegate"]                  # argv; the event JSON on stdin

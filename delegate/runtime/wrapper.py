@@ -26,8 +26,8 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
 from delegate.adapters.fsio import path_with
@@ -218,8 +218,9 @@ class ChannelListener:
                 record_conversation(self.state, self.job_id, item.conversation_id)
                 continue
             self._note_retry(item)
-            if isinstance(item.data.get("thread_usage"), dict):
-                self.state.registry.update(self.job_id, conversation_usage=item.data["thread_usage"])
+            totals = item.data.get("thread_usage")
+            if isinstance(totals, dict):  # what a resume of this conversation counts from
+                self.state.registry.update(self.job_id, conversation_usage=totals)
             if item.usage is not None and self.spending is not None:
                 self.spending.count(item.usage, item.model)
             if item.event is None:
