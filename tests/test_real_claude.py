@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from delegate.services.state import State
 from .helpers import json_lines, retry_until, run_cli
 from .models import (
     AnthropicServer,
+    Stall,
     bash,
     claude_env,
     claude_mcp,
@@ -348,5 +350,30 @@ def test_session_resume_continues_the_real_conversation(home, tmux_env, tmp_path
         last = server.turn_requests[-1].body["messages"]
         said = json.dumps(last)
         assert "first answer" in said and "And then?" in said  # the earlier turns were sent
+    finally:
+        server.stop()
+
+
+def test_an_interrupted_job_is_requeued_into_the_same_conversation(home, tmux_env, tmp_path):
+    """The pane dies mid-answer (`on_interrupt = "requeue"`): the next attempt resumes the
+    conversation claude recorded, so the model sees the first prompt again."""
+    server = AnthropicServer([Stall(seconds=30), text("picked up again")]).start()
+    try:
+        _setup(home, server, profile='on_interrupt = "requeue"\n')
+        env = _env(tmux_env)
+        job_id = _submit(home, env, tmp_path / "work", "--session", "cut")
+        retry_until(lambda: len(server.turn_requests) >= 1, timeout=30, interval=0.05)
+        job = retry_until(lambda: (j := _job(home, job_id)).conversation_id and j, timeout=10)
+        socket = tmux_env["DELEGATE_TMUX_SOCKET"]
+        subprocess.run(["tmux", "-L", socket, "kill-session", "-t", "cut"], check=True)
+        run_cli(home, "monitor", "--once", "--json", env=env, timeout=60)
+        ended = _ended(home, job_id)
+        assert ended.status is JobState.ERROR and ended.retried_by, ended.error
+        attempt = _ended(home, ended.retried_by)
+        assert attempt.status is JobState.COMPLETED, attempt.error
+        argv = attempt.launch["argv"]
+        assert argv[argv.index("--resume") + 1] == job.conversation_id
+        said = json.dumps(server.turn_requests[-1].body["messages"])
+        assert "Do the task." in said and "Continue where you left off." in said
     finally:
         server.stop()

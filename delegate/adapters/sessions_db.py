@@ -192,18 +192,22 @@ class SessionInventory:
         pane_pid: int | None,
         socket: str | None = None,
         reason: str = "started",
+        replacing: str | None = None,
     ) -> Session:
         """A session starts running a job (a new session, or one that hosted jobs before).
 
         Raises SessionError while the session runs another job; the same job may be recorded
-        again (a launch that a crash interrupted is retried).
+        again (a launch that a crash interrupted is retried). `replacing` names a job the
+        caller saw ended, which its row may still show running (a job its own report ended:
+        the event path moves no session row).
         """
         now = record_timestamp()
         with self._write() as conn:
             old = conn.execute(
                 "SELECT state, job_id FROM sessions WHERE name = ?", (name,)
             ).fetchone()
-            if old is not None and old[0] == SessionState.RUNNING.value and old[1] != job_id:
+            running = old is not None and old[0] == SessionState.RUNNING.value
+            if running and old[1] not in (job_id, replacing):
                 raise SessionError(f"session {name} is already running job {old[1]}")
             conn.execute(
                 "INSERT INTO sessions (name, state, job_id, agent, workdir, pane_pid, created_at,"

@@ -107,7 +107,10 @@ EVENT_NAMES = frozenset(e.value for e in EventType)
 # the job ends with them as they are, not as `agent_error: ...`.
 BUDGET_EXCEEDED = "budget_exceeded"
 RATE_LIMITED = "rate_limited"
-WRAPPER_REASONS = (BUDGET_EXCEEDED, RATE_LIMITED)
+# Its pane went away under it (SIGHUP: the tmux session or server was killed): an interruption
+# (`on_interrupt = "requeue"` picks it up), not the agent failing.
+PANE_GONE = "tmux_gone"
+WRAPPER_REASONS = (BUDGET_EXCEEDED, RATE_LIMITED, PANE_GONE)
 
 # The job state an accepted event moves its job to; events missing here change nothing.
 EVENT_TARGET_STATE: dict[EventType, JobState] = {

@@ -50,7 +50,7 @@ from delegate.core.approvals import (
 )
 from delegate.core.channels import parser_for
 from delegate.core.errors import BusError, DelegateError, PublishRefused, guarded, say
-from delegate.core.model import EventType
+from delegate.core.model import PANE_GONE, EventType
 from delegate.core.timefmt import record_timestamp
 from delegate.runtime.mcp_warm import start_for_job
 from delegate.runtime.spending import Spending, stop_ladder
@@ -545,7 +545,10 @@ def _report_exit(
     its exit status means under the profile's `clean_exit`."""
     if state.registry.get(job_id).status.terminal:
         return
-    if relay.signal_name is not None:
+    if relay.signal_name == "SIGHUP":  # tmux closed the pane: the work was cut off
+        event = "error"
+        detail = f"{PANE_GONE}: its pane went away (the wrapper got SIGHUP)"
+    elif relay.signal_name is not None:
         event = "error"
         detail = f"the wrapper got {relay.signal_name} and passed it to the agent"
     else:

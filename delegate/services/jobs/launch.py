@@ -134,8 +134,10 @@ def launch_in_tmux(state: State, job: Job, tmux: Tmux) -> bool:
     }
     sessions = inventory(state)
     previous = sessions.get(job.session)
+    ended = None
     if previous is not None and previous.job_id != job.job_id:
         check_session_free(state, job.session)
+        ended = previous.job_id  # its job has ended, whatever its row still says
     # Recorded before tmux starts: a fast job may end, and its supervisor look the session up,
     # before tmux.start() even returns.
     sessions.record_start(
@@ -145,6 +147,7 @@ def launch_in_tmux(state: State, job: Job, tmux: Tmux) -> bool:
         workdir=job.workdir,
         pane_pid=None,
         socket=tmux.socket_path,
+        replacing=ended,
     )
     wrapper = [sys.executable, "-m", "delegate.runtime.wrapper", job.job_id]
     try:
