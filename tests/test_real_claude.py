@@ -377,3 +377,26 @@ def test_an_interrupted_job_is_requeued_into_the_same_conversation(home, tmux_en
         assert "Do the task." in said and "Continue where you left off." in said
     finally:
         server.stop()
+
+
+def test_a_rate_limit_the_cli_gave_up_on_is_resumed_later(home, tmux_env, tmp_path):
+    """After its own retries of a 429, claude fails; the attempt ends `rate_limited` (no reset
+    time given: a backoff) and the next attempt waits queued, `ps` saying when it resumes."""
+    server = AnthropicServer([rate_limited(retry_after=0)] * 3).start()
+    try:
+        _setup(home, server, max_retries=1)
+        env = _env(tmux_env)
+        result = _submit(home, env, tmp_path / "work", wait=False)
+        job = _ended(home, result)
+        assert job.status is JobState.ERROR
+        assert job.error == "rate_limited: no reset time", job.error
+        attempt_id = retry_until(lambda: _job(home, result).retried_by, timeout=20)
+        listed = json_lines(run_cli(home, "ps", "--json", env=env).stdout)
+        (row,) = [r for r in listed if r["job_id"] == attempt_id]
+        assert row["job_state"] == "queued" and row["resumes_at"], row
+        attempt = _job(home, attempt_id)
+        assert attempt.conversation_id == job.conversation_id  # it will resume, not restart
+        why = run_cli(home, "why", attempt_id, env=env)
+        assert why.returncode == 0 and "rate" in why.stdout.lower(), why.stdout
+    finally:
+        server.stop()
