@@ -73,6 +73,9 @@ def test_the_words_of_each_fact():
     codex = {"attempt": 2, "max_retries": 5, "error": "reconnecting", "at": RATE_LIMIT["at"]}
     assert agent_retry_words(codex, now=T0) == "reconnecting, retry 2/5"
     assert agent_retry_words({"error": "overloaded"}, now=T0) == "API error (overloaded), retry"
+    unsaid = {**RATE_LIMIT, "max_retries": 0}  # the wrapper's 0: the CLI did not say
+    assert agent_retry_words(unsaid, now=T0) == "rate limited, retry 4 in 4s"
+    assert agent_retry_sentence("claude", {**unsaid, "attempt": 0}).endswith("(rate_limit)")
 
     assert agent_retry_sentence("claude", RATE_LIMIT) == (
         "Claude Code is retrying its API after HTTP 429 (rate_limit): attempt 4 of 10"

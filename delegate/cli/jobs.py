@@ -39,7 +39,7 @@ from delegate.cli.common import (
 from delegate.core.errors import say
 from delegate.core.eventlines import audit_line
 from delegate.core.model import Job
-from delegate.core.outcome import record_note
+from delegate.core.outcome import record_note, status_note
 from delegate.core.timefmt import human_duration, human_timeout, local_time
 from delegate.entry.ps import DEFAULT_LIMIT as PS_LIMIT
 from delegate.entry.ps import print_ps_json
@@ -175,7 +175,7 @@ def jobs(
             local_time(j.created_at),
             human_duration(job_timing(j, now)[0]),
             j.session or "-",
-            record_note(j.public_dict(), now) or j.error or "-",
+            job_note(j, now) or j.error or "-",
         ]
 
     print_listing(
@@ -229,6 +229,17 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
             empty="none",
         )
     return 0
+
+
+def job_note(job: Job, now: datetime) -> str:
+    """What core/outcome says beside the job's state (its wait, its API retry, its denials)."""
+    return status_note(
+        job.status.value,
+        denied_tools=job.denied_tools,
+        agent_retry=job.agent_retry,
+        not_before=job.not_before,
+        now=now,
+    )
 
 
 def status_cell(record: dict[str, Any]) -> str:
@@ -449,7 +460,7 @@ def print_dependency_tree(state: State, *, group: str | None) -> None:
 
     def label(job: Job) -> str:
         why = (
-            record_note(job.public_dict())
+            job_note(job, datetime.now(UTC))
             or graph.waiting.get(job.job_id)
             or (job.error if job.status.terminal else None)
         )

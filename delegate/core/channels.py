@@ -219,6 +219,7 @@ class ClaudeStream(_LineParser):
         if failed:
             limited = usage_limit(text) if isinstance(text, str) else None
             if self.limit_resets_at is not None:  # its own figure beats the words it shows
+                # core.retry (datetime): only for an agent out of its limit
                 from delegate.core.retry import rate_limit_reason
 
                 limited = rate_limit_reason(self.limit_resets_at)

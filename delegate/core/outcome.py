@@ -74,6 +74,13 @@ def _count(value: object) -> str | None:
     return None if number is None else str(int(number))
 
 
+def _ordinal(value: object) -> str | None:
+    """An attempt or a most-attempts count; 0 is what the wrapper records when its CLI did not
+    say, so it is not shown (`retry 4`, not `retry 4/0`)."""
+    count = _count(value)
+    return None if count in (None, "0") else count
+
+
 def retry_left_s(agent_retry: object, now: datetime | None = None) -> float | None:
     """Seconds until the agent CLI's next try: seen `at`, plus its delay, less the time since;
     never negative. None when the record does not say (no delay, or no time it was seen)."""
@@ -104,7 +111,7 @@ def agent_retry_words(agent_retry: object, now: datetime | None = None) -> str:
     retry 2/5`; `` when the agent is not retrying."""
     if not isinstance(agent_retry, Mapping):
         return ""
-    attempt, most = _count(agent_retry.get("attempt")), _count(agent_retry.get("max_retries"))
+    attempt, most = _ordinal(agent_retry.get("attempt")), _ordinal(agent_retry.get("max_retries"))
     which = "retry" if attempt is None else f"retry {attempt}" + (f"/{most}" if most else "")
     left = retry_left_s(agent_retry, now)
     when = "" if left is None else f" in {human_duration(left)}"
@@ -123,7 +130,7 @@ def agent_retry_sentence(agent: object, agent_retry: object) -> str:
     if not isinstance(agent_retry, Mapping):
         return ""
     who = agent_name(agent)
-    attempt, most = _count(agent_retry.get("attempt")), _count(agent_retry.get("max_retries"))
+    attempt, most = _ordinal(agent_retry.get("attempt")), _ordinal(agent_retry.get("max_retries"))
     which = "" if attempt is None else f": attempt {attempt}" + (f" of {most}" if most else "")
     error, status = agent_retry.get("error"), _count(agent_retry.get("error_status"))
     error = error if isinstance(error, str) and error else None

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import Job
+from delegate.core.outcome import outcome_words
 from delegate.services import worktrees
 from delegate.services.jobs.merge import CheckResult, run_check
 from delegate.services.ps import job_timing
@@ -51,7 +52,7 @@ def compare(state: State, job_or_fan_out: str, check: list[str] | None) -> list[
 
 
 def _compare_row(state: State, job: Job, now: datetime, check: list[str] | None) -> CompareRow:
-    outcome = job.status.value
+    outcome = outcome_words(job.status.value, job.denied_tools)  # a completion's denials too
     if job.status.terminal and job.error:
         outcome = f"{outcome}: {job.error}"
     row = CompareRow(

@@ -37,6 +37,7 @@ const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "
 const pad = (n) => String(n).padStart(2, "0");
 const num = (v) => (typeof v === "number" && Number.isFinite(v) && Math.abs(v) < 1e15 ? v : null);
 const count = (v) => (num(v) == null ? null : String(Math.trunc(v)));
+const ordinal = (v) => (count(v) === "0" ? null : count(v)); // 0: the CLI did not say
 const when = (text) => {
   const t = typeof text === "string" && text ? Date.parse(text) : NaN;
   return Number.isNaN(t) ? null : t;
@@ -59,7 +60,7 @@ function retryWords(retry) {
   else if (status === "429" || error === "rate_limit") kind = "rate limited";
   else if (status != null) kind = `API error ${status}`;
   else if (typeof error === "string" && error) kind = `API error (${error})`;
-  const attempt = count(retry.attempt), most = count(retry.max_retries);
+  const attempt = ordinal(retry.attempt), most = ordinal(retry.max_retries);
   const which = attempt == null ? "retry" : `retry ${attempt}` + (most ? `/${most}` : "");
   const delay = num(retry.retry_delay_ms), seen = when(retry.at);
   const left = delay == null || seen == null ? null : Math.max(0, (seen + delay - Date.now()) / 1000);
