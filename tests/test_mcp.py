@@ -278,7 +278,8 @@ def test_claude_and_codex_get_the_server_and_nothing_secret(state: State, tmp_pa
     job_dir = state.audit.job_dir(job.job_id, create=True)
     claude = mcp_config.register("claude", ["claude", "-p"], job_dir, env)
     config_file = job_dir / "mcp.json"
-    assert claude == ["claude", "-p", "--mcp-config", str(config_file)]
+    # our own tools allowed (print mode refuses an MCP call no one allowed), as one word each
+    assert claude == ["claude", "-p", "--allowedTools=mcp__delegate", f"--mcp-config={config_file}"]
     assert config_file.stat().st_mode & 0o777 == 0o600
     server = json.loads(config_file.read_text())["mcpServers"]["delegate"]
     assert server["args"] == ["-m", "delegate.entry.mcp"] and server["env"] == env

@@ -202,6 +202,11 @@ def _group_holds(group: str, rule: GroupRule) -> str | None:
     return None
 
 
+# A timer set to a `not_before` fires this long after it: never before it (a launch refused for
+# a few microseconds would wait for the next look), and well under what anyone notices.
+DUE_AFTER_S = 0.005
+
+
 def due_in_s(job: Job, now: datetime) -> float | None:
     """Seconds until queued `job` may start as far as its `not_before` goes (a retry's backoff,
     a rate limit's reset): 0.0 once it has passed, None for a job not waiting for a time.

@@ -3,10 +3,12 @@
 It listens to every job's events on each bus in use (live only: on MQTT no retained outcome of a
 past job is replayed on reconnect) and applies them through the reconcile policy, and each
 interval makes one pass over the open jobs, the live session rows and one tmux query per socket.
-A pass comes early when a deadline falls due, when a state-changing event arrives, and the moment
-a watched wrapper process exits: the monitor holds a pidfd for every live pane of an open job,
-which the kernel makes readable when that process ends, so a killed wrapper or a killed tmux
-server is noticed at once rather than at the next interval.
+A pass comes early when a deadline falls due, when a queued job's `not_before` passes (a retry's
+backoff, a rate limit's reset: it is launched at that time, not at the next interval), when a
+state-changing event arrives, and the moment a watched wrapper process exits: the monitor holds
+a pidfd for every live pane of an open job, which the kernel makes readable when that process
+ends, so a killed wrapper or a killed tmux server is noticed at once rather than at the next
+interval.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from delegate.adapters.bus import Subscription, open_bus
 from delegate.config.logsetup import get_logger
 from delegate.config.profiles import read_config
 from delegate.config.settings import BUS_ENV
+from delegate.core.caps import DUE_AFTER_S, due_in_s
 from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import EVENT_TARGET_STATE, EventType, Job, JobState
 from delegate.core.policy import PolicySettings, SeenEvent, next_deadline_s
@@ -67,6 +70,8 @@ class Monitor:
         self.passes = 0
         self._worktrees_reported = -WORKTREE_REPORT_S
         self._presence: PresenceWatch | None = None  # hosts' presence, while jobs run on hosts
+        # the attempts this pass made (after its snapshot): their `not_before` times the next
+        self._made: list[Job] = []
 
     # --- stopping --------------------------------------------------------------------------
 
@@ -290,6 +295,7 @@ class Monitor:
     # --- passes ----------------------------------------------------------------------------
 
     def run_pass(self, events: list[SeenEvent] | None = None) -> list[Done]:
+        self._made = []
         done = self.reconciler.run_pass(events=events or ())
         self.passes += 1
         self._follow_up(done)
@@ -305,7 +311,9 @@ class Monitor:
         ended.update(self.state.registry.follow_ups())  # noted at their end, however long ago
         for job_id in sorted(ended):
             with contextlib.suppress(DelegateError):
-                follow_up(self.state, job_id)
+                made = follow_up(self.state, job_id)
+                if made is not None:
+                    self._made.append(made)
 
     def _report_worktrees(self) -> None:
         """Log the job worktrees over `[worktree]` limits now and then; never remove any."""
@@ -321,16 +329,22 @@ class Monitor:
             log.warning("monitor: %s; `delegate worktree clean` removes what holds no work", line)
 
     def _next_deadline(self) -> float:
+        """Seconds to the next pass: the interval, or sooner a running job's deadline, or the
+        moment a queued job's `not_before` passes (so it is launched then: a rate-limited
+        attempt resumes at its reset, wherever its own supervisor is)."""
         snap = self.reconciler.last_snapshot
         if snap is None:
             return self.interval_s
         now = datetime.now(UTC)
         waits = [self.interval_s]
-        for job in snap.jobs:
+        for job in [*snap.jobs, *self._made]:
             if job.status is JobState.RUNNING:
                 wait = next_deadline_s(job, now)
                 if wait is not None:
                     waits.append(wait + 0.01)
+            due = due_in_s(job, now)
+            if due:  # (0: its time has passed, and it waits for something else: a slot)
+                waits.append(due + DUE_AFTER_S)
         return min(waits)
 
     def run(self, *, once: bool = False) -> int:

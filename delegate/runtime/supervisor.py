@@ -8,6 +8,10 @@ one byte to it and closes it, so the starter learns at once that no event can be
 end of file without that byte tells it the supervisor died first (its reason is the last line of
 logs/<job_id>/subscriber.log). Once subscribed it also records its pid in
 logs/<job_id>/subscriber.ready, for whoever wants to know which process looks after the job.
+
+It follows the job to its end through a supervising watcher (services/jobs/watch), which also
+launches it when it waits queued (a slot frees, its `not_before` passes) and, once it ended,
+makes its next attempt when its rule asks for one (services/jobs/retry.follow_up).
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ from delegate.config import logsetup
 from delegate.core.errors import guarded
 from delegate.services.jobs.launch import READY_BYTE
 from delegate.services.jobs.notify import wait_for_notifiers
-from delegate.services.jobs.retry import follow_up
 from delegate.services.jobs.submit import supervise
 from delegate.services.state import State
 
@@ -60,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         state = State.open()
         pid_file = state.audit.job_dir(job_id) / "subscriber.ready"
         try:
+            # (the watcher makes its next attempt, when its rule asks for one, as it ends)
             outcome = supervise(
                 state, job_id, emit=print_json, on_ready=lambda: say_ready(pid_file, ready_fd)
             )
-            follow_up(state, job_id)  # its next attempt, when its retry rule asks for one
         finally:
             wait_for_notifiers()
         return outcome.exit_code

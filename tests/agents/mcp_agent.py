@@ -1,6 +1,10 @@
 """A stand-in for a claude agent that uses `delegate mcp`: it starts the server its
-`--mcp-config FILE` names, the way Claude Code does (the SDK's stdio client here), takes a lock
-through it, and writes what it got to mcp_result.json in its working directory."""
+`--mcp-config=FILE` names, the way Claude Code does (the SDK's stdio client here), takes a lock
+through it, and writes what it got to mcp_result.json in its working directory.
+
+Why a stand-in: the test that uses it watches the job's warm server live and die with its
+agent, and needs the tool's raw answer where it can read it. The real claude calling our tools
+through its own MCP client is tests/test_real_claude.py (and codex: tests/test_real_codex.py)."""
 
 import json
 import sys
@@ -11,7 +15,7 @@ from mcp.client.stdio import stdio_client
 
 
 async def main() -> None:
-    config_file = sys.argv[sys.argv.index("--mcp-config") + 1]
+    (config_file,) = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--mcp-config=")]
     with open(config_file) as handle:
         server = json.load(handle)["mcpServers"]["delegate"]
     params = StdioServerParameters(

@@ -74,6 +74,11 @@ def register(profile: str, argv: list[str], job_dir: Path, env: Mapping[str, str
         # `codex exec` runs under approval policy "never": an MCP call no one approved is
         # refused, so our own tools are approved here (and only ours).
         f'{prefix}.default_tools_approval_mode="approve"',
+        # `codex exec` sends its first request without waiting for an MCP server that is slow
+        # to answer (half a second: the SDK's import, a warm server still starting), and that
+        # server's tools are then missing for the whole run. Required, codex waits for it (30 s
+        # at most) and exits in error, saying why, when it cannot start.
+        f"{prefix}.required=true",
     ]
     after = 2 if argv[1:2] == ["exec"] else 1
     return [*argv[:after], *(x for o in overrides for x in ("-c", o)), *argv[after:]]

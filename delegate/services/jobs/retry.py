@@ -1,14 +1,16 @@
 """New attempts of a job: `delegate retry JOB`, the automatic retry its rule asks for, and the
 requeue of interrupted work (core/retry decides which; this makes it).
 
-An attempt is a new job with the same spec (profile, workdir, timeouts, bus, caps, group,
-dependencies, retry rule), `attempt` one more and `retry_of` the previous attempt, which gets
-`retried_by`. It is submitted like any job (its own supervisor, its place in the queue), under
-the idempotency key `retry-of-<previous id>`: however many callers try, one attempt follows
-each ended attempt. Its prompt is the one the previous attempt was given, read back from
-`logs/<job>/prompt` with the toolkit's preamble taken off (the preamble is added again for the
-new attempt); `--prompt` replaces it; a requeue that resumes a conversation says
-"Continue where you left off." as `session resume` does.
+An attempt is a new job with the whole spec of the one it follows (profile, workdir, timeouts,
+bus, caps, group, dependencies, retry rule, budgets, `--no-mcp`, parent: `spec_of`; what it does
+not take, and why, is in NOT_CARRIED), `attempt` one more and `retry_of` the previous attempt,
+which gets `retried_by`; one that resumes a conversation starts from its running token totals.
+It is submitted like any job (its own supervisor, its place in the queue), under the idempotency
+key `retry-of-<previous id>`: however many callers try, one attempt follows each ended attempt.
+Its prompt is the one the previous attempt was given, read back from `logs/<job>/prompt` with
+the toolkit's preamble taken off (the preamble is added again for the new attempt); `--prompt`
+replaces it; a requeue that resumes a conversation says "Continue where you left off." as
+`session resume` does.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from delegate.adapters.tmux import Tmux
 from delegate.config.budget import rate_limit_max_wait
 from delegate.config.logsetup import get_logger
 from delegate.config.profiles import profiles, read_config
+from delegate.config.settings import rate_limit_jitter_s
+from delegate.core.caps import due_in_s
 from delegate.core.errors import DelegateError, JobNotFound, UsageError
 from delegate.core.model import SESSION_PREFIX, Job
-from delegate.core.retry import RETRY_KEY_PREFIX, attempt_label, next_attempt
-from delegate.core.timefmt import record_timestamp
+from delegate.core.retry import RATE_LIMIT_JITTER_S, RETRY_KEY_PREFIX, attempt_label, next_attempt
+from delegate.core.timefmt import human_duration, local_time, record_timestamp
 from delegate.services.jobs.submit import (
     SubmitRequest,
     SubmitResult,
@@ -101,6 +105,71 @@ def _agent_or_cmd(state: State, job: Job) -> tuple[str | None, str | None]:
     raise UsageError(f"job {job.job_id}: its agent profile {job.agent!r} is gone")
 
 
+# What a SubmitRequest holds that an attempt does not take from the job it follows, and why;
+# every other field is the job's spec, carried whole (`spec_of`). A test enumerates the fields
+# (tests/test_rate_limit_resume.py): a new one must be carried or named here.
+NOT_CARRIED: dict[str, str] = {
+    "prompt": "the caller's: the prompt the job was given, a new one (`retry --prompt`), or"
+    " 'Continue where you left off.' when the attempt resumes the conversation",
+    "idempotency_key": "the attempt's own, retry-of-<job>: one attempt follows each ended one",
+    "conversation_id": "the caller's: the job's conversation when the attempt resumes it",
+    "conversation_usage": "the job's running totals, only with its conversation (carried_usage)",
+    "attempt": "the job's attempt number, plus one",
+    "retry_of": "the job it follows",
+    "not_before": "the caller's: when the backoff, or the rate limit's reset, has passed",
+    "job_id": "an agent host's launch of the delegator's job; an attempt is a new job",
+    "token_for": "an agent host's launch of the delegator's job (its token)",
+    "worktree": "never a worktree of its own: the job's worktree is handed over to the attempt"
+    " (_hand_over_worktree); a job on an agent host's as it was assigned (_as_assigned)",
+    "branch": "the handed-over worktree keeps its branch (see worktree)",
+    "base": "the handed-over worktree keeps its base (see worktree)",
+    "worktree_plan": "a fan-out's plan for the worktrees of new jobs (see worktree)",
+}
+
+
+def spec_of(state: State, job: Job) -> dict[str, Any]:
+    """The spec `job` was submitted with, as SubmitRequest fields: everything an attempt
+    repeats (what it does not is in NOT_CARRIED). Its limits are the ones recorded (the flags,
+    else `[budget]` as it was then), for the attempt as for the job."""
+    if job.host:
+        agent, cmd = None, None  # as it was assigned: its host resolves them (below)
+    else:
+        agent, cmd = _agent_or_cmd(state, job)
+    own_session = job.session and job.session != f"{SESSION_PREFIX}{job.job_id}"
+    spec: dict[str, Any] = {
+        "agent": agent,
+        "cmd": cmd,
+        "workdir": Path(job.workdir) if job.workdir else None,  # none: where submit defaults
+        "session": job.session if own_session else None,
+        "wall_timeout_s": job.wall_timeout_s,
+        "idle_timeout_s": job.idle_timeout_s,
+        "bus_url": job.bus.get("url"),
+        "max_running": job.max_running,
+        "on_event": shlex.join(job.notify) if job.notify else None,
+        "after": tuple(job.after or ()),
+        "after_rule": job.after_rule,
+        "group": job.group,
+        "retry": job.retry,
+        "on_interrupt": job.on_interrupt,
+        "parent": job.parent,  # a sub-job's attempt stays inside its parent
+        # `--no-mcp`: its launch registered no `delegate mcp` (for a profile that registers
+        # none anyway, the same launch either way)
+        "no_mcp": job.launch.get("mcp") is False,
+        "max_cost_usd": job.max_cost_usd,
+        "max_tokens": job.max_tokens,
+    }
+    return {**spec, **_as_assigned(state, job)} if job.host else spec
+
+
+def carried_usage(job: Job, conversation_id: str | None) -> dict[str, Any] | None:
+    """The conversation's running token totals the attempt counts on from: the job's, when the
+    attempt resumes the job's conversation; None otherwise, or when the record keeps none."""
+    if not conversation_id or conversation_id != job.conversation_id:
+        return None
+    usage = job.conversation_usage
+    return dict(usage) if isinstance(usage, dict) else None
+
+
 def attempt_request(
     state: State,
     job: Job,
@@ -109,38 +178,22 @@ def attempt_request(
     conversation_id: str | None = None,
     not_before: str | None = None,
 ) -> SubmitRequest:
-    """The request of the attempt after `job`: its spec, one attempt more."""
-    if job.host:
-        agent, cmd = None, None  # as it was assigned: its host resolves them (below)
-    else:
-        agent, cmd = _agent_or_cmd(state, job)
-    own_session = job.session and job.session != f"{SESSION_PREFIX}{job.job_id}"
+    """The request of the attempt after `job`: its whole spec, one attempt more."""
+    # never a worktree of its own: a worktree job's attempt takes over that worktree
+    # (_hand_over_worktree), a job without one had none (whatever [worktree] says now); a job
+    # on an agent host's spec says it as it was assigned
+    spec = {"worktree": False, **spec_of(state, job)}
     request = SubmitRequest(
         prompt=prompt,
-        agent=agent,
-        cmd=cmd,
-        workdir=Path(job.workdir) if job.workdir else None,  # none: where submit defaults
-        session=job.session if own_session else None,
-        wall_timeout_s=job.wall_timeout_s,
-        idle_timeout_s=job.idle_timeout_s,
-        bus_url=job.bus.get("url"),
         idempotency_key=f"{RETRY_KEY_PREFIX}{job.job_id}",
-        max_running=job.max_running,
-        on_event=shlex.join(job.notify) if job.notify else None,
-        after=tuple(job.after or ()),
-        after_rule=job.after_rule,
-        group=job.group,
         conversation_id=conversation_id,
-        retry=job.retry,
-        on_interrupt=job.on_interrupt,
         attempt=(job.attempt or 1) + 1,
         retry_of=job.job_id,
         not_before=not_before,
-        # never a worktree of its own: a worktree job's attempt takes over that worktree
-        # (_hand_over_worktree), a job without one had none (whatever [worktree] says now)
-        worktree=False,
+        conversation_usage=carried_usage(job, conversation_id),
+        **spec,
     )
-    return request._replace(**_as_assigned(state, job)) if job.host else request
+    return request
 
 
 def _submit_attempt(state: State, job: Job, request: SubmitRequest, how: str) -> SubmitResult:
@@ -215,7 +268,14 @@ def schedule_next_attempt(state: State, ended: Job, *, rand: float | None = None
     chance = random.random() if rand is None else rand  # noqa: S311 - jitter, not a secret
     config = read_config(state.layout.home, state.env)
     max_wait = rate_limit_max_wait(config.tables, config.path)
-    nxt = next_attempt(ended, chance, now=datetime.now(UTC), max_wait_s=max_wait)
+    jitter = rate_limit_jitter_s(state.env)
+    nxt = next_attempt(
+        ended,
+        chance,
+        now=datetime.now(UTC),
+        max_wait_s=max_wait,
+        jitter_s=RATE_LIMIT_JITTER_S if jitter is None else jitter,
+    )
     if nxt is None:
         return None
     conversation = ended.conversation_id if nxt.resume else None
@@ -274,7 +334,23 @@ def follow_attempts(
         if not job.retried_by:
             return result
         following = state.registry.get(job.retried_by)
-        label = attempt_label(following)
-        note(f"job {job.job_id} ended ({job.error}); attempt {label} follows as {following.job_id}")
+        note(attempt_note(job, following))
         result = follow_existing(state, following, wait=True, emit=emit, note=note)
     return result
+
+
+def attempt_note(ended: Job, following: Job, *, now: datetime | None = None) -> str:
+    """What `submit --wait` says while it waits for the next attempt: which ending it follows,
+    the conversation it resumes, and when it starts when it waits for a time (a backoff, a
+    rate limit's reset): `job A ended (rate_limited: resets at ...); attempt 2 follows as B,
+    resuming conversation C at 14:05:07 (in 3s)`."""
+    label = attempt_label(following)
+    text = f"job {ended.job_id} ended ({ended.error}); attempt {label} follows as"
+    text += f" {following.job_id}"
+    if following.conversation_id:
+        text += f", resuming conversation {following.conversation_id}"
+    moment = now or datetime.now(UTC)
+    due = due_in_s(following, moment)
+    if due:
+        text += f" at {local_time(following.not_before, now=moment)} (in {human_duration(due)})"
+    return text

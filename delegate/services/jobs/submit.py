@@ -77,6 +77,9 @@ class SubmitRequest(NamedTuple):
     group: str | None = None
     # `session resume`: continue this conversation with the profile's `resume` command
     conversation_id: str | None = None
+    # ...and the conversation's running token totals so far (codex counts a thread from its
+    # start): the resumed run counts on from them
+    conversation_usage: dict[str, Any] | None = None
     # `--retries/--retry-on/--backoff` (core/retry.RetryRule.to_dict), `--on-interrupt`; and
     # for a new attempt (services/jobs/retry): its number, the previous one, when it is due
     retry: dict[str, Any] | None = None
@@ -511,6 +514,7 @@ def _admit(
         "max_running": request.max_running,
         "notify": notify,
         "conversation_id": request.conversation_id,
+        "conversation_usage": request.conversation_usage if request.conversation_id else None,
         "after": list(request.after) or None,
         "after_rule": request.after_rule if request.after else None,
         "group": request.group,

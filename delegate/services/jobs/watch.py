@@ -6,8 +6,10 @@ state, so a `cancel` racing a `completed` gives the code the books say.
 
 A supervising watcher (`submit --wait`, the detached supervisor) also looks after its job through
 the reconcile policy: the record's deadlines, a wrapper that died (a pidfd wakes it at once), a
-queued job's launch when a slot frees, and its session once the job ended. An onlooker's
-`--wall-timeout`/`--idle-timeout` only bound how long it watches; they never end the job.
+queued job's launch when a slot frees or the moment its `not_before` passes (a timer set to that
+time: a retry's backoff, a rate limit's reset), and once the job ended its next attempt (at once,
+when its rule asks for one) and its session. An onlooker's `--wall-timeout`/`--idle-timeout` only
+bound how long it watches; they never end the job.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from delegate.adapters import audit
 from delegate.adapters.bus import Message, Subscription
 from delegate.adapters.fsio import atomic_write
 from delegate.config.logsetup import get_logger
+from delegate.core.caps import DUE_AFTER_S, due_in_s
 from delegate.core.errors import DelegateError, WaitInterrupted
 from delegate.core.model import EventType, Job, JobState, SessionState
 from delegate.core.policy import LaunchJob, SeenAgain, SetSession, SkipSocket, next_deadline_s
@@ -33,6 +36,7 @@ from delegate.core.timefmt import human_duration
 from delegate.services.jobs.finish import end_by_event
 from delegate.services.jobs.launch import inventory
 from delegate.services.jobs.notify import notify
+from delegate.services.jobs.retry import follow_up
 from delegate.services.reconciler import Reconciler
 from delegate.services.state import State
 
@@ -216,8 +220,12 @@ class Watcher:
         own = self.job_id
         if job.status is JobState.QUEUED:
             if now >= state["queue"]:
-                state["queue"] = now + QUEUE_CHECK_S
                 self._launch_queued()
+                state["queue"] = now + QUEUE_CHECK_S
+            # and at the moment its `not_before` passes, whatever the slots' rhythm
+            due = due_in_s(job, datetime.now(UTC))
+            if due is not None and due > 0:
+                state["queue"] = min(state["queue"], self.clock() + due + DUE_AFTER_S)
             return
         died = self._wrapper_died(job)
         ask_tmux = died or now >= state["tmux"]
@@ -298,8 +306,18 @@ class Watcher:
         finally:
             self.close()
         if self.supervise:
+            self.next_attempt()
             self.after_end()
         return outcome
+
+    def next_attempt(self) -> None:
+        """Once the job ended, its next attempt when its rule asks for one (a retry, a requeue,
+        a rate limit's resume): made first, at once, not after its session is settled (which
+        may take a while). A failure is follow_up's to audit; this only housekeeps after."""
+        try:
+            follow_up(self.state, self.job_id)
+        except Exception as exc:  # the job's end is recorded; a monitor's pass tries again
+            log.warning("job %s: could not make its next attempt: %s", self.job_id, exc)
 
     def _run(self) -> WatchOutcome:
         started = self.clock()
@@ -329,6 +347,9 @@ class Watcher:
                         return outcome_of(job)
                 else:
                     self._look_after(job, now, now - started, due)
+                    if self.supervise and job.status is JobState.QUEUED:
+                        # its next look for a slot, or its `not_before`, may come sooner
+                        next_record_check = min(next_record_check, due["queue"])
             limit = self._limit_passed(now - started, now - last_accept)
             if limit is not None:
                 return self._give_up(limit)
