@@ -23,6 +23,7 @@ from .helpers import json_lines, retry_until, run_cli
 from .models import (
     AnthropicServer,
     Stall,
+    UsageLimit,
     bash,
     claude_env,
     claude_mcp,
@@ -398,5 +399,34 @@ def test_a_rate_limit_the_cli_gave_up_on_is_resumed_later(home, tmux_env, tmp_pa
         assert attempt.conversation_id == job.conversation_id  # it will resume, not restart
         why = run_cli(home, "why", attempt_id, env=env)
         assert why.returncode == 0 and "rate" in why.stdout.lower(), why.stdout
+    finally:
+        server.stop()
+
+
+def test_a_subscription_limit_is_resumed_at_its_reset(home, tmux_env, tmp_path):
+    """On a subscription claude names the reset (`rate_limit_event`); the next attempt starts
+    at it, whoever runs (here the job's own followers), and continues the conversation."""
+    resets_at = int(time.time()) + 3
+    server = AnthropicServer([UsageLimit(resets_at=resets_at), text("after the reset")]).start()
+    try:
+        _setup(home, server, oauth_token="scripted-oauth")
+        env = _env(
+            tmux_env,
+            ANTHROPIC_API_KEY="",
+            CLAUDE_CODE_OAUTH_TOKEN="sk-ant-oat01-scripted",
+            DELEGATE_RATE_LIMIT_JITTER_S="0.2",
+        )
+        job_id = _submit(home, env, tmp_path / "work")
+        first = _ended(home, job_id)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(resets_at))
+        assert first.error == f"rate_limited: resets at {stamp}", first.error
+        attempt_id = retry_until(lambda: _job(home, job_id).retried_by, timeout=10)
+        attempt = _ended(home, attempt_id, timeout=40)
+        assert attempt.status is JobState.COMPLETED, attempt.error
+        assert attempt.started_at and attempt.started_at >= stamp  # not before the reset
+        argv = attempt.launch["argv"]
+        assert argv[argv.index("--resume") + 1] == first.conversation_id
+        said = json.dumps(server.turn_requests[-1].body["messages"])
+        assert "Do the task." in said  # the conversation went on
     finally:
         server.stop()
