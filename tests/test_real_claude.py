@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from delegate.core.model import JobState
+from delegate.core.timefmt import parse_timestamp
 from delegate.services.state import State
 
 from .helpers import json_lines, retry_until, run_cli
@@ -423,7 +424,8 @@ def test_a_subscription_limit_is_resumed_at_its_reset(home, tmux_env, tmp_path):
         attempt_id = retry_until(lambda: _job(home, job_id).retried_by, timeout=10)
         attempt = _ended(home, attempt_id, timeout=40)
         assert attempt.status is JobState.COMPLETED, attempt.error
-        assert attempt.started_at and attempt.started_at >= stamp  # not before the reset
+        assert attempt.started_at is not None  # and not before the reset:
+        assert parse_timestamp(attempt.started_at).timestamp() >= resets_at
         argv = attempt.launch["argv"]
         assert argv[argv.index("--resume") + 1] == first.conversation_id
         said = json.dumps(server.turn_requests[-1].body["messages"])
