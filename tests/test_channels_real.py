@@ -372,21 +372,23 @@ PLUS_LIMIT = (
     ids=lambda value: str(value),
 )
 def test_a_codex_limit_names_the_next_such_local_time(now, printed, reset):
+    """`reset` is the minute codex names; the limit has surely reset at its end."""
     text = PLUS_LIMIT.format(printed)
-    assert codex_reset_at(text, at(*now), NEW_YORK) == at(*reset)
+    end = at(*reset) + 60
+    assert codex_reset_at(text, at(*now), NEW_YORK) == end
     parser = CodexJson(clock=lambda: at(*now), tz=NEW_YORK)
     [event] = parser.feed(line({"type": "error", "message": text}))
-    assert (event.event, event.detail) == ("error", f"rate_limited: resets at {stamp(at(*reset))}")
+    assert (event.event, event.detail) == ("error", f"rate_limited: resets at {stamp(end)}")
     assert parser.feed(line({"type": "turn.failed", "error": {"message": text}})) == []
 
 
 def test_the_local_zone_is_the_default():
     now = at(2026, 10, 20, 1, 0, tz=None)
     text = "You've hit your usage limit. Try again at 2:28 AM."
-    assert codex_reset_at(text, now) == at(2026, 10, 20, 2, 28, tz=None)
+    assert codex_reset_at(text, now) == at(2026, 10, 20, 2, 29, tz=None)  # the minute's end
     assert (
         usage_limit(text, now=now)
-        == f"rate_limited: resets at {stamp(at(2026, 10, 20, 2, 28, tz=None))}"
+        == f"rate_limited: resets at {stamp(at(2026, 10, 20, 2, 29, tz=None))}"
     )
 
 
@@ -399,7 +401,7 @@ def test_the_enterprise_and_other_model_wordings():
     ):
         assert (
             usage_limit(text, now=now, tz=NEW_YORK)
-            == "rate_limited: resets at 2026-11-29T07:41:00Z"
+            == "rate_limited: resets at 2026-11-29T07:42:00Z"  # the end of 2:41 AM EST
         )
 
 
@@ -657,3 +659,47 @@ def test_an_allowed_rate_limit_event_changes_nothing():
     result = {"type": "result", "is_error": True, "result": "API Error: 500 boom"}
     (ended,) = parser.feed(json.dumps(result).encode())
     assert (ended.event, ended.detail) == ("error", "API Error: 500 boom")
+
+
+def test_claude_message_usage_is_counted_once_and_the_result_settles_the_rest():
+    """Claude 2.1.197 prints one `assistant` line per content block, each with its message's
+    id and the usage its stream started with (output 1); the `result` has the run's totals."""
+
+    def line(block: str, message_id: str, input_tokens: int) -> bytes:
+        said = {
+            "id": message_id,
+            "model": "claude-sonnet-4-5",
+            "content": [{"type": block}],
+            "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+        }
+        return json.dumps({"type": "assistant", "message": said}).encode()
+
+    parser = ClaudeStream()
+    counted = [
+        e.usage
+        for raw in (
+            line("text", "msg_1", 400),
+            line("tool_use", "msg_1", 400),
+            line("text", "msg_2", 50),
+        )
+        for e in parser.feed(raw)
+    ]
+    assert [u["input_tokens"] for u in counted] == [400, 50]  # msg_1 once
+    result = {
+        "type": "result",
+        "subtype": "success",
+        "result": "ok",
+        "usage": {"input_tokens": 450, "output_tokens": 220, "cache_read_input_tokens": 30},
+    }
+    rest, final = parser.feed(json.dumps(result).encode())
+    assert final.event == "completed"
+    assert rest.usage == {
+        "input_tokens": 0,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 30,
+        "output_tokens": 218,
+    }
+    spent = Spent()
+    for usage in [*counted, rest.usage]:
+        spent = add_usage(spent, usage, None, {})
+    assert (spent.tokens_in, spent.tokens_out) == (480, 220)  # the run's own totals

@@ -48,7 +48,7 @@ def test_the_codex_usage_limit_message_becomes_a_rate_limited_ending():
     assert usage_limit(CODEX_LIMIT, now=0) == "rate_limited: resets at 1970-01-06T22:11:00Z"
     # a date and clock time (codex past a day), read in the agent's zone (UTC here)
     at = "You've hit your usage limit. Upgrade to Plus, or try again at Jul 5th, 2026 8:19 PM."
-    assert usage_limit(at, now=0, tz=UTC) == "rate_limited: resets at 2026-07-05T20:19:00Z"
+    assert usage_limit(at, now=0, tz=UTC) == "rate_limited: resets at 2026-07-05T20:20:00Z"
     too_many = "stream error: exceeded retry limit, last status: 429 Too Many Requests"
     assert usage_limit(too_many, now=0) == "rate_limited: no reset time"
     assert usage_limit("model refused the task", now=0) is None

@@ -24,6 +24,8 @@ from .helpers import json_lines, retry_until, run_cli
 from .models import (
     AnthropicServer,
     Stall,
+    ToolCall,
+    Usage,
     UsageLimit,
     bash,
     claude_env,
@@ -430,5 +432,26 @@ def test_a_subscription_limit_is_resumed_at_its_reset(home, tmux_env, tmp_path):
         assert argv[argv.index("--resume") + 1] == first.conversation_id
         said = json.dumps(server.turn_requests[-1].body["messages"])
         assert "Do the task." in said  # the conversation went on
+    finally:
+        server.stop()
+
+
+def test_a_budget_stops_the_real_claude_part_way(home, tmux_env, tmp_path):
+    """Each message's tokens are counted once as claude streams them; crossing --max-tokens
+    ends the job `budget_exceeded` and stops claude before the rest of its work."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("some notes\n")
+    read = ToolCall("Read", {"file_path": str(work / "notes.txt")}, usage=Usage(400, 200))
+    server = AnthropicServer([read] * 6 + [text("read it all")]).start()
+    try:
+        _setup(home, server)
+        env = _env(tmux_env)
+        result = _submit(home, env, work, "--max-tokens", "1000", wait=True)
+        assert result.returncode != 0
+        job = _job(home, json_lines(result.stdout)[0]["job_id"])
+        assert job.status is JobState.ERROR
+        assert (job.error or "").startswith("budget_exceeded: 1,203 tokens"), job.error
+        assert len(server.turn_requests) <= 4  # stopped: not all seven turns were asked for
     finally:
         server.stop()

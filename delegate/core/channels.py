@@ -155,6 +155,11 @@ class ClaudeStream(_LineParser):
         self.last_retry_error: str | None = None  # what the latest `api_retry` retried
         # A subscription's limit refused (`rate_limit_event`, status rejected): its reset.
         self.limit_resets_at: float | None = None
+        # What the message lines counted so far, and which messages they were, so the final
+        # `result` (the run's totals) adds only the rest.
+        self.counted = dict.fromkeys(CLAUDE_USAGE, 0)
+        self.messages: set[str] = set()
+        self.model: str | None = None
 
     def message(self, message: dict[str, Any]) -> list[ChannelEvent]:
         kind, subtype = message.get("type"), message.get("subtype")
@@ -168,15 +173,37 @@ class ClaudeStream(_LineParser):
             return []
         if kind == "assistant" and isinstance(message.get("message"), dict):
             self.last_retry_error = None  # the API answered: the retries before it worked
-            said = message["message"]
-            usage = said.get("usage")
-            if isinstance(usage, dict):  # one message's tokens: a fact, not an event
-                model = said.get("model") if isinstance(said.get("model"), str) else None
-                return [ChannelEvent(usage=usage, model=model)]
-            return []
+            return self.assistant(message["message"])
         if kind == "result":
-            return [self.result(message, subtype)]
+            final = self.result(message, subtype)
+            rest = claude_usage(final.data.get("usage"))
+            if rest is None:
+                return [final]
+            # the run's own totals: what the message lines did not say (their output counts)
+            missing = {key: max(0, rest[key] - self.counted[key]) for key in CLAUDE_USAGE}
+            if not any(missing.values()):
+                return [final]
+            return [ChannelEvent(usage=missing, model=self.model), final]
         return []
+
+    def assistant(self, said: dict[str, Any]) -> list[ChannelEvent]:
+        """One message's tokens, once: Claude prints a line per content block of a message,
+        each with the same id and the usage its stream started with (its output still ~1)."""
+        usage = claude_usage(said.get("usage"))
+        if usage is None:
+            return []
+        message_id = said.get("id")
+        if isinstance(message_id, str):
+            if message_id in self.messages:
+                return []
+            if len(self.messages) >= _MESSAGES_KEPT:
+                self.messages.clear()  # bounded: only a message's own lines come together
+            self.messages.add(message_id)
+        if isinstance(said.get("model"), str):
+            self.model = said["model"][:TOOL_NAME_MAX]
+        for key in CLAUDE_USAGE:
+            self.counted[key] += usage[key]
+        return [ChannelEvent(usage=usage, model=self.model)]
 
     def api_retry(self, message: dict[str, Any]) -> list[ChannelEvent]:
         """The CLI waits before retrying its API: progress a person reads in `ps`. A refused
@@ -242,6 +269,23 @@ class ClaudeStream(_LineParser):
             return True
         lowered = text.lower() if isinstance(text, str) else ""
         return lowered.startswith("api error: 429") or "request rejected (429)" in lowered
+
+
+CLAUDE_USAGE = (
+    "input_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "output_tokens",
+)
+_MESSAGES_KEPT = 1000
+
+
+def claude_usage(usage: object) -> dict[str, int] | None:
+    """Claude's usage figures, validated (each an int from 0 to MAX_TOKENS; a missing or
+    malformed one is 0), or None when `usage` is not an object."""
+    if not isinstance(usage, dict):
+        return None
+    return {key: _bounded(usage.get(key), MAX_TOKENS) or 0 for key in CLAUDE_USAGE}
 
 
 def rejected_until(info: object) -> float | None:
@@ -448,6 +492,7 @@ def usage_limit(text: str, *, now: float | None = None, tz: tzinfo | None = None
 
 
 LIMIT_WORDS = ("usage limit", "rate limit", "too many requests")
+MINUTE_S = 60.0
 LAST_EPOCH = 253402300799  # 9999-12-31T23:59:59Z: the last reset an ISO stamp can name
 _SECONDS_PER = {"day": 86400, "hour": 3600, "minute": 60, "second": 1}
 
@@ -495,7 +540,9 @@ def codex_reset_at(text: str, now: float, tz: tzinfo | None = None) -> float | N
     same day) or `... try again at Nov 29th, 2026 2:41 AM.` (`%b %-d{st|nd|rd|th}, %Y %-I:%M
     %p`, a later day), its local time read in `tz` (None: the local zone). Also `Nov 29th
     2:41 AM` (the next such date) and 24-hour `14:05`. A time without a date is the next one
-    after `now` (less CLOCK_GRACE_S). None when the text names no such time."""
+    after `now` (less CLOCK_GRACE_S). Codex prints the reset cut to its minute: the end of
+    that minute is the first time the limit has surely reset (its start is up to 59 s early,
+    and an attempt then would hit the limit again). None when the text names no such time."""
     _, found, after = text.lower().partition("try again at ")
     if not found:
         return None
@@ -513,7 +560,8 @@ def codex_reset_at(text: str, now: float, tz: tzinfo | None = None) -> float | N
             return None
 
     if month is not None and day is not None and year is not None:
-        return epoch(year, month, day)
+        named = epoch(year, month, day)
+        return None if named is None else named + MINUTE_S
     try:  # the days around now, in the zone the time was printed in
         today = datetime.fromtimestamp(now, tz)
         if month is not None and day is not None:
@@ -524,7 +572,8 @@ def codex_reset_at(text: str, now: float, tz: tzinfo | None = None) -> float | N
     except (ValueError, OverflowError, OSError):  # a clock at the ends of the calendar
         return None
     times = [stamp for stamp in (epoch(*date) for date in dates) if stamp is not None]
-    return next((stamp for stamp in times if stamp >= now - CLOCK_GRACE_S), None)
+    named = next((stamp for stamp in times if stamp >= now - CLOCK_GRACE_S), None)
+    return None if named is None else named + MINUTE_S
 
 
 def _clock_words(
@@ -582,13 +631,15 @@ def parser_for(
     *,
     baseline: Mapping[str, Any] | None = None,
     thread: str | None = None,
+    tz: tzinfo | None = None,
 ) -> ClaudeStream | CodexJson | None:
     """The parser of a profile's `channel`; `clock` (the epoch now) dates Codex's resets,
-    `baseline` and `thread` are a resumed Codex thread's running totals (see CodexJson)."""
+    `baseline` and `thread` are a resumed Codex thread's running totals (see CodexJson), `tz`
+    the agent's time zone, which its clock times are read in (None: this process's)."""
     if channel == "claude-stream":
         return ClaudeStream()
     if channel == "codex-json":
-        return CodexJson(clock, baseline, thread=thread)
+        return CodexJson(clock, baseline, thread=thread, tz=tz)
     return None
 
 

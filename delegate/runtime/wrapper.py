@@ -26,7 +26,9 @@ import sys
 import tempfile
 import threading
 import time
+import zoneinfo
 from collections.abc import Callable
+from datetime import tzinfo
 from pathlib import Path
 from typing import IO, Any
 
@@ -65,6 +67,7 @@ CHUNK = 65536
 SIGNAL_GRACE_S = 3.0
 PASSED_SIGNALS = (signal.SIGHUP, signal.SIGTERM)
 RECORDED_WITHOUT_BUS = "recorded_without_bus"
+LOCALTIME = "/etc/localtime"
 
 
 def report(
@@ -189,13 +192,16 @@ class ChannelListener:
         channel: str,
         spending: Spending | None = None,
         stop: Callable[[], None] | None = None,
+        zone: tzinfo | None = None,
     ) -> None:
         self.state = state
         self.job_id = job_id
         job = state.registry.get(job_id)
         # a resumed conversation's running totals so far: its usage counts from there
         baseline = job.conversation_usage if job.conversation_id else None
-        self.parser = parser_for(channel, time.time, baseline=baseline, thread=job.conversation_id)
+        self.parser = parser_for(
+            channel, time.time, baseline=baseline, thread=job.conversation_id, tz=zone
+        )
         self.spending = spending
         self.stop = stop
         self.retrying = False  # the record shows the agent retrying its API (agent_retry)
@@ -228,7 +234,9 @@ class ChannelListener:
             if item.event in ("completed", "error"):
                 if self.spending is not None:
                     self.spending.reported(item.data.get("cost_usd"))
-                record_usage(self.state, self.job_id, item.data)
+                # the tokens: the spending's running figures (the final word's missing
+                # part counted just before), unless nothing counted them
+                record_usage(self.state, self.job_id, item.data, tokens=self.spending is None)
                 record_denials(self.state, self.job_id, item.data.get("denied_tools"))
             with contextlib.suppress(PublishRefused):
                 report(self.state, self.job_id, item.event, detail=item.detail, data=item.data)
@@ -248,6 +256,19 @@ class ChannelListener:
             self.state.registry.update(self.job_id, agent_retry=None)
 
 
+def agent_zone(name: str | None) -> tzinfo | None:
+    """The agent's time zone, which the clock times it prints are in: its TZ, else the
+    system's (/etc/localtime); not this process's, which is the tmux server's from when that
+    started. None when neither can be read (then this process's zone is used)."""
+    try:
+        if name and not name.startswith((":", "/")):
+            return zoneinfo.ZoneInfo(name)
+        with open(name.lstrip(":") if name else LOCALTIME, "rb") as handle:
+            return zoneinfo.ZoneInfo.from_file(handle)
+    except (ValueError, OSError, zoneinfo.ZoneInfoNotFoundError):
+        return None
+
+
 def record_denials(state: State, job_id: str, denied: object) -> None:
     """The tool calls the agent's CLI denied (its final word's list), into the record and an
     audit line each, before the ending is published: a job that did nothing is seen as such."""
@@ -259,15 +280,16 @@ def record_denials(state: State, job_id: str, denied: object) -> None:
         state.audit.append(job_id, "tool_denied", tool_name=name)
 
 
-def record_usage(state: State, job_id: str, data: dict[str, Any]) -> None:
-    """cost_usd, tokens_in, tokens_out from a channel's final word, into the record."""
+def record_usage(state: State, job_id: str, data: dict[str, Any], *, tokens: bool = True) -> None:
+    """cost_usd (and with `tokens`, tokens_in and tokens_out) from a channel's final word, into
+    the record."""
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     assert isinstance(usage, dict)
     changes: dict[str, Any] = {}
     if isinstance(data.get("cost_usd"), int | float):
         changes["cost_usd"] = float(data["cost_usd"])
     for field, key in (("tokens_in", "input_tokens"), ("tokens_out", "output_tokens")):
-        if isinstance(usage.get(key), int):
+        if tokens and isinstance(usage.get(key), int):
             changes[field] = usage[key]
     if changes:
         state.registry.update(job_id, **changes)
@@ -519,7 +541,12 @@ def _run_agent(
     spending = Spending(state, job_id, stop=lambda: stop_ladder(agent.pid))
     channel = str(launch.get("channel") or "none")
     listener = ChannelListener(
-        state, job_id, channel, spending, stop=lambda: stop_ladder(agent.pid)
+        state,
+        job_id,
+        channel,
+        spending,
+        stop=lambda: stop_ladder(agent.pid),
+        zone=agent_zone(env.get("TZ")) if channel == "codex-json" else None,
     )
     threads.append(
         threading.Thread(target=_copy_output, args=(agent.stdout, log_path, listener), daemon=True)

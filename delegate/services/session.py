@@ -25,6 +25,7 @@ from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import Job, JobState, Session, SessionState
 from delegate.services.jobs.finish import SessionMove, end_job, operator_cause
 from delegate.services.jobs.launch import inventory, tmux_for
+from delegate.services.jobs.retry import carried_usage, spec_of
 from delegate.services.jobs.submit import SubmitRequest, submit
 from delegate.services.state import State
 
@@ -253,16 +254,19 @@ def resume(
             how = f"started afresh: the profile {agent!r} has no resume command"
         if prompt is None:
             raise UsageError(f"resume {how}; give --prompt or --prompt-file")
+    # the whole spec of the job it follows (its budget, --no-mcp, group, ...), as a retry's
+    spec = {
+        **spec_of(state, previous),
+        "agent": agent,
+        "cmd": cmd,
+        "workdir": Path(previous.workdir or "."),
+        "session": name,
+    }
     request = SubmitRequest(
         prompt=prompt,
-        agent=agent,
-        cmd=cmd,
-        workdir=Path(previous.workdir or "."),
-        session=name,
-        wall_timeout_s=previous.wall_timeout_s,
-        idle_timeout_s=previous.idle_timeout_s,
-        bus_url=previous.bus.get("url"),
         conversation_id=conversation,
+        conversation_usage=carried_usage(previous, conversation),
+        **spec,
     )
     return submit(state, request, wait=wait, emit=emit), how
 
