@@ -215,6 +215,11 @@ def test_a_message_of_exactly_the_limit_is_not_too_large():
             ["MIIEow", "BEGIN RSA"],
             ["[REDACTED]", "ok"],
         ),
+        (
+            "unexpected status 401 Unauthorized: invalid x-api-key; X_AUTH_TOKEN=s3cr3t auth: zz9",
+            ["s3cr3t", "zz9"],
+            ["401 Unauthorized: invalid x-api-key", "X_AUTH_TOKEN=[REDACTED]"],
+        ),
     ],
     ids=[
         "abs-path",
@@ -232,6 +237,7 @@ def test_a_message_of_exactly_the_limit_is_not_too_large():
         "aws-github",
         "slack-gitlab",
         "pem",
+        "unauthorized-is-no-key",
     ],
 )
 def test_redaction(text, must_not_contain, must_contain):

@@ -327,8 +327,7 @@ def test_codex_failures_end_the_job_in_codex_words_within_its_timeouts(
     error = job["error"]
     assert "\n" not in error
     if failure == "unauthorized":
-        # (redaction takes "Unauthorized: invalid" for a secret's name and value)
-        assert error.startswith("agent_error: unexpected status 401 Unauthorized: ")
+        assert error.startswith("agent_error: unexpected status 401 Unauthorized: invalid")
         assert error.endswith(f"url: {openai_server.url}/v1/responses")
         assert len(openai_server.turn_requests) == 2  # codex retried it once, as configured
     elif failure == "dead-server":

@@ -220,11 +220,12 @@ class Receiver:
 
 # Key names whose values are secrets. In text they must meet a separator (`=`, `:`) right after
 # the name (with optional quotes, so JSON counts): `password=x`, `"api_key": "x"`, `pass=x`
-# (a bare PASS only right before the separator, so "passed: 3" stays).
+# (a bare PASS only right before the separator, so "passed: 3" stays; AUTH only where a word or
+# a part of a name starts, so "401 Unauthorized: invalid key" stays).
 _SECRET_KEY_TEXT = "".join(  # a pattern of key names, not a password
     (
         r"[A-Z0-9_.-]*(?:PASSWORD|PASSWD|PASSPHRASE|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|",
-        r"PRIVATE_?KEY|CREDENTIALS?|AUTH)[A-Z0-9_.-]*|[A-Z0-9_.-]*PASS",
+        r"PRIVATE_?KEY|CREDENTIALS?|(?<![A-Z])AUTH)[A-Z0-9_.-]*|[A-Z0-9_.-]*PASS",
     )
 )
 
