@@ -4,9 +4,6 @@ here and stand-in agents in a real tmux server on an isolated socket."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 from delegate.cli.worktree import _compare_cells
@@ -14,12 +11,11 @@ from delegate.services.jobs.compare import CompareRow
 from delegate.services.jobs.merge import CheckResult
 
 from .helpers import assert_one_line_error, json_lines, retry_until, run_cli, submit_shell
+from .models import AnthropicServer, text
+from .real_claude import claude_job_env, claude_profile
 from .test_git_adapter import make_repo, sh_git
 from .test_worktree import checkout_state, job_record, submit_in_worktree, wait_ended
 
-AGENTS = Path(__file__).resolve().parent / "agents"
-ROOT = Path(__file__).resolve().parent.parent
-CLAUDE_BIN = ".cache/agents/node_modules/.bin/claude"
 COMMIT = 'printf "%s\\n" {text} > {file} && git add {file} && git commit -q -m "{file}"'
 
 
@@ -167,34 +163,25 @@ def test_compare_of_a_job_outside_a_fan_out_is_one_line(home: Path, tmux_env, tm
     assert "not part of a fan-out" in result.stderr
 
 
-def _fake_claude_profile(home: Path) -> None:
-    claude = [sys.executable, str(AGENTS / "fake_claude.py")]
-    stream = ["--output-format", "stream-json", "--verbose", "--settings", "{settings_file}"]
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "delegate.toml").write_text(
-        textwrap.dedent(f"""
-        # the fake agent asks for a permission: a rule answers it (nobody else is here)
-        [[approvals.rules]]
-        tool = "*"
-        decision = "allow"
-
-        [profiles.fakeclaude]
-        command = {json.dumps([*claude, "-p", *stream])}
-        resume = {json.dumps([*claude, "-p", "--resume", "{conversation_id}", *stream])}
-        prompt = "stdin"
-        channel = "claude-stream"
-        """)
-    )
-
-
 def test_review_of_an_ended_job_resumes_its_conversation_in_the_same_worktree(
     home: Path, tmux_env, tmp_path: Path
 ):
-    _fake_claude_profile(home)
+    """The real claude (tests/models' scripted server): `review` continues the job's own
+    conversation, in its worktree, with the comments as the next prompt."""
+    server = AnthropicServer([text("tidied"), text("renamed")]).start()
+    try:
+        _review_with_claude(home, tmux_env, tmp_path, server)
+    finally:
+        server.stop()
+
+
+def _review_with_claude(home: Path, tmux_env, tmp_path: Path, server: AnthropicServer) -> None:
+    claude_profile(home, server)
+    env = claude_job_env(tmux_env)
     repo = make_repo(tmp_path / "repo")
     first = run_cli(
-        home, "submit", "--wait", "--agent", "fakeclaude", "--prompt", "tidy up", "--worktree",
-        "--workdir", str(repo), "--json", env=tmux_env,
+        home, "submit", "--wait", "--agent", "claude", "--prompt", "tidy up", "--worktree",
+        "--workdir", str(repo), "--json", env=env,
     )  # fmt: skip
     assert first.returncode == 0, first.stderr
     job_id = json_lines(first.stdout)[0]["job_id"]
@@ -202,7 +189,7 @@ def test_review_of_an_ended_job_resumes_its_conversation_in_the_same_worktree(
     assert job.conversation_id
     result = run_cli(
         home, "review", job_id, "--comment", "rename x to count",
-        "--line", "f0.txt:1 say why", "--wait", "--json", env=tmux_env,
+        "--line", "f0.txt:1 say why", "--wait", "--json", env=env,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert f"continues conversation {job.conversation_id}" in result.stderr
@@ -210,44 +197,23 @@ def test_review_of_an_ended_job_resumes_its_conversation_in_the_same_worktree(
     follow = job_record(home, new_id)
     assert follow.follow_up_of == job_id and follow.status.value == "completed"
     assert follow.workdir == job.workdir and follow.worktree["path"] == job.worktree["path"]
-    # the stand-in ran in the same worktree (it writes its argv where it runs), resumed
-    argv = json.loads((Path(job.worktree["path"]) / "argv.json").read_text())
+    argv = follow.launch["argv"]
     assert argv[argv.index("--resume") + 1] == job.conversation_id
+    # claude ran in the same worktree (its init line says where) and was sent the earlier turns
+    log = (home / "logs" / new_id / "agent.log").read_text()
+    (init,) = [json.loads(x) for x in log.splitlines() if '"subtype":"init"' in x]
+    assert Path(init["cwd"]).resolve() == Path(job.worktree["path"]).resolve()
+    said = json.dumps(server.turn_requests[-1].body["messages"])
+    assert "tidied" in said and "rename x to count" in said and "say why" in said
     prompt = (home / "logs" / new_id / "prompt").read_text()
     assert "rename x to count" in prompt and "f0.txt, line 1: say why" in prompt
-    shown = json_lines(run_cli(home, "show", job_id, "--json", env=tmux_env).stdout)[0]
+    shown = json_lines(run_cli(home, "show", job_id, "--json", env=env).stdout)[0]
     assert shown["review_chain"] == [job_id, new_id]
-    listed = json_lines(run_cli(home, "worktree", "list", "--json", env=tmux_env).stdout)
+    listed = json_lines(run_cli(home, "worktree", "list", "--json", env=env).stdout)
     assert [r["job_id"] for r in listed] == [new_id]  # one worktree, under its latest job
-    again = run_cli(home, "review", job_id, "--comment", "more", env=tmux_env)
+    again = run_cli(home, "review", job_id, "--comment", "more", env=env)
     assert_one_line_error(again)
     assert f"followed up by {new_id}" in again.stderr
-    _real_claude_parses(argv, job.conversation_id, tmp_path)  # argv.json: the args alone
-
-
-def _real_claude_parses(args: list[str], conversation: str, tmp_path: Path) -> None:
-    """The real `claude` CLI, where `make` installed it, accepts the follow-up's arguments:
-    without credentials it gets as far as looking the conversation up (no network)."""
-    claude = next(
-        (p for p in (ROOT / CLAUDE_BIN, Path("/work/main") / CLAUDE_BIN) if p.exists()), None
-    )
-    if claude is None:
-        return  # test_real_agents fails loudly when the pinned CLI is missing
-    settings = tmp_path / "settings.json"
-    settings.write_text("{}")
-    args = [settings.as_posix() if a.endswith("claude-settings.json") else a for a in args]
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ANTHROPIC_API_KEY": ""}
-    done = subprocess.run(
-        [str(claude), *args],
-        input="review",
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    said = done.stdout + done.stderr
-    assert "unknown option" not in said and conversation in said, said
 
 
 def test_review_of_a_running_job_is_typed_into_its_session(home: Path, tmux_env, tmp_path: Path):

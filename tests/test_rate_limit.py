@@ -1,45 +1,18 @@
-"""Rate limits (issue 22, item 3): an agent that reports its usage limit with a reset time ends
-that attempt `rate_limited`, and the next attempt resumes the same conversation after the
-reset, on real tmux with a stand-in speaking the pinned Claude CLI's stream-json."""
+"""Rate limits: the words each CLI ends with when it is out of its limit, read into a
+`rate_limited` ending. Resuming at the reset with the real CLIs: tests/test_real_claude.py and
+tests/test_real_codex.py; whoever runs, on time: tests/test_rate_limit_resume.py."""
 
 from __future__ import annotations
 
 import json
-import sys
-import textwrap
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import UTC
 
 from delegate.core.channels import ClaudeStream, CodexJson, codex_wait_s, usage_limit
-from delegate.core.model import JobState
-from delegate.core.timefmt import parse_timestamp
 
-from .helpers import run_cli
-from .test_monitor import open_state
-
-LIMITED = Path(__file__).parent / "agents" / "limited.py"
-FAKE_CODEX = Path(__file__).parent / "agents" / "fake_codex.py"
 CODEX_LIMIT = (
     "You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing) or try"
     " again in 5 days 22 hours 11\nminutes."
 )
-
-
-def stand_in_profile(
-    home: Path, name: str, command: list[str], resume: list[str], channel: str
-) -> None:
-    """delegate.toml with profile `name`: a stand-in agent reading its prompt on stdin."""
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "delegate.toml").write_text(
-        textwrap.dedent(f"""
-        [profiles.{name}]
-        command = {json.dumps(command)}
-        resume = {json.dumps(resume)}
-        prompt = "stdin"
-        preamble = false
-        channel = "{channel}"
-        """)
-    )
 
 
 def test_the_codex_usage_limit_message_becomes_a_rate_limited_ending():
@@ -69,60 +42,3 @@ def test_the_claude_usage_limit_message_becomes_a_rate_limited_ending():
         ).encode()
     )
     assert (event.event, event.detail) == ("error", "rate_limited: resets at 1970-01-01T00:00:00Z")
-
-
-def test_a_rate_limited_attempt_resumes_after_the_reset(home: Path, tmux_env, tmp_path: Path):
-    command = [sys.executable, str(LIMITED), "-p", "--output-format", "stream-json"]
-    resume = [*command, "--resume", "{conversation_id}"]
-    stand_in_profile(home, "limited", command, resume, "claude-stream")
-    result = run_cli(
-        home,
-        "submit",
-        "--agent",
-        "limited",
-        "--prompt",
-        "go",
-        "--workdir",
-        str(tmp_path),
-        "--wait",
-        "--json",
-        env=tmux_env,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr  # the final attempt's outcome
-    state = open_state(home)
-    [first] = [j for j in state.registry.list() if not j.retry_of]
-    assert first.status is JobState.ERROR
-    assert first.error is not None and first.error.startswith("rate_limited: resets at ")
-    assert first.conversation_id == "conv-limited"
-    second = state.registry.get(str(first.retried_by))
-    assert second.status is JobState.COMPLETED and second.attempt == 2
-    reset = datetime.strptime(first.error.split(" at ")[1], "%Y-%m-%dT%H:%M:%SZ")
-    assert parse_timestamp(second.started_at or "") >= reset.replace(tzinfo=UTC)
-    runs = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
-    assert len(runs) == 2
-    assert runs[1]["argv"][-2:] == ["--resume", "conv-limited"]  # the same conversation
-
-
-def test_a_rate_limited_codex_attempt_resumes_its_thread_after_the_wait(
-    home: Path, tmux_env, tmp_path: Path
-):
-    command = [sys.executable, str(FAKE_CODEX), "exec", "--json", "-"]
-    resume = [sys.executable, str(FAKE_CODEX), "exec", "--json", "resume", "{conversation_id}", "-"]
-    stand_in_profile(home, "codexlimited", command, resume, "codex-json")
-    argv = ["submit", "--agent", "codexlimited", "--prompt", "LIMITED work", "--wait", "--json"]
-    result = run_cli(home, *argv, "--workdir", str(tmp_path), env=tmux_env, timeout=120)
-    assert result.returncode == 0, result.stderr  # the final attempt's outcome
-    state = open_state(home)
-    [first] = [j for j in state.registry.list() if not j.retry_of]
-    assert first.status is JobState.ERROR
-    assert first.error is not None and first.error.startswith("rate_limited: resets at ")
-    thread = first.conversation_id
-    assert thread and thread.startswith("thread-")
-    second = state.registry.get(str(first.retried_by))
-    assert second.status is JobState.COMPLETED and second.attempt == 2
-    runs = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
-    assert len(runs) == 2
-    assert runs[1]["argv"][-3:] == ["resume", thread, "-"]  # the same thread
-    # the reset is kept to the second: at least 2 s of the 3 were waited, not a quick retry
-    assert runs[1]["at"] - runs[0]["at"] >= 2.0

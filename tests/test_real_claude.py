@@ -7,9 +7,7 @@ check what they recorded."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,6 @@ from .models import (
     Usage,
     UsageLimit,
     bash,
-    claude_env,
     claude_mcp,
     dead_url,
     rate_limited,
@@ -36,29 +33,7 @@ from .models import (
     text,
     unauthorized,
 )
-from .models.cli import AGENT_BIN
-
-API_KEY = "sk-ant-scripted-0123456789"
-VENV_BIN = str(Path(sys.executable).parent)
-
-
-def _setup(
-    home: Path, server: AnthropicServer, extra: str = "", profile: str = "", **options: Any
-) -> None:
-    """delegate.toml: the built-in claude profile pointed at the scripted server (what a person
-    does for a gateway; the key comes from the environment through its `pass_env`), with
-    `profile` lines in its table and `extra` tables after it."""
-    env = {k: v for k, v in claude_env(server, **options).items() if v and "KEY" not in k}
-    env.pop("CLAUDE_CODE_OAUTH_TOKEN", None)
-    pairs = ", ".join(f"{k} = {json.dumps(v)}" for k, v in sorted(env.items()))
-    home.mkdir(parents=True, exist_ok=True)
-    config = f"[profiles.claude]\nenv = {{ {pairs} }}\n{profile}\n{extra}"
-    (home / "delegate.toml").write_text(config)
-
-
-def _env(tmux_env: dict[str, str], **more: str) -> dict[str, str]:
-    path = f"{VENV_BIN}:{AGENT_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-    return {**tmux_env, "PATH": path, "ANTHROPIC_API_KEY": API_KEY, **more}
+from .real_claude import API_KEY, claude_job_env, claude_profile
 
 
 def _submit(home: Path, env: dict[str, str], workdir: Path, *extra: str, wait: bool = False):
@@ -112,8 +87,8 @@ def _text(block: dict[str, Any]) -> str:
 def test_a_gated_call_waits_for_a_person_and_runs_once_approved(home, tmux_env, tmp_path):
     server = AnthropicServer([bash("touch made-by-bash"), text("made it")]).start()
     try:
-        _setup(home, server)
-        env = _env(tmux_env)
+        claude_profile(home, server)
+        env = claude_job_env(tmux_env)
         work = tmp_path / "work"
         job_id = _submit(home, env, work)
         waiting = _waiting(home, env)
@@ -142,8 +117,8 @@ def test_a_gated_call_waits_for_a_person_and_runs_once_approved(home, tmux_env, 
 def test_a_denied_call_is_never_a_plain_success(home, tmux_env, tmp_path):
     server = AnthropicServer([bash("touch nope"), text("could not")]).start()
     try:
-        _setup(home, server)
-        env = _env(tmux_env)
+        claude_profile(home, server)
+        env = claude_job_env(tmux_env)
         work = tmp_path / "work"
         job_id = _submit(home, env, work)
         _waiting(home, env)
@@ -175,8 +150,8 @@ def test_rules_and_profile_settings_decide_without_a_person(home, tmux_env, tmp_
     ).start()
     try:
         rule = '[[approvals.rules]]\ntool = "Bash"\nmatch = "touch *"\ndecision = "allow"\n'
-        _setup(home, server, rule, profile='permission_mode = "dontAsk"\n')
-        env = _env(tmux_env)
+        claude_profile(home, server, rule, profile='permission_mode = "dontAsk"\n')
+        env = claude_job_env(tmux_env)
         work = tmp_path / "work"
         started = time.monotonic()
         job_id = _submit(home, env, work)
@@ -196,8 +171,8 @@ def test_rules_and_profile_settings_decide_without_a_person(home, tmux_env, tmp_
 def test_remember_allows_the_tool_for_the_rest_of_the_job(home, tmux_env, tmp_path):
     server = AnthropicServer([bash("touch one"), bash("touch two"), text("both")]).start()
     try:
-        _setup(home, server)
-        env = _env(tmux_env)
+        claude_profile(home, server)
+        env = claude_job_env(tmux_env)
         work = tmp_path / "work"
         job_id = _submit(home, env, work)
         _waiting(home, env)
@@ -215,8 +190,8 @@ def test_remember_allows_the_tool_for_the_rest_of_the_job(home, tmux_env, tmp_pa
 def test_an_unanswered_call_is_denied_at_the_timeout(home, tmux_env, tmp_path):
     server = AnthropicServer([bash("touch late"), text("gave up")]).start()
     try:
-        _setup(home, server, '[approvals]\ntimeout = 1\non_timeout = "deny"\n')
-        env = _env(tmux_env)
+        claude_profile(home, server, '[approvals]\ntimeout = 1\non_timeout = "deny"\n')
+        env = claude_job_env(tmux_env)
         result = _submit(home, env, tmp_path / "work", wait=True)
         assert result.returncode == 0, result.stderr
         job_id = json_lines(result.stdout)[0]["job_id"]
@@ -232,8 +207,8 @@ def test_an_unanswered_call_is_denied_at_the_timeout(home, tmux_env, tmp_path):
 def test_api_retries_are_a_visible_waiting_state(home, tmux_env, tmp_path):
     server = AnthropicServer([rate_limited(retry_after=4), text("after the wait")]).start()
     try:
-        _setup(home, server, max_retries=3)
-        env = _env(tmux_env)
+        claude_profile(home, server, max_retries=3)
+        env = claude_job_env(tmux_env)
         job_id = _submit(home, env, tmp_path / "work")
 
         def retrying() -> dict[str, Any] | None:
@@ -257,8 +232,8 @@ def test_a_refused_key_ends_the_job_at_once(home, tmux_env, tmp_path):
     """Claude retries a 401 like a 429 (ten times, minutes); a key does not heal by waiting."""
     server = AnthropicServer([unauthorized()] * 12).start()
     try:
-        _setup(home, server, max_retries=10)
-        env = _env(tmux_env)
+        claude_profile(home, server, max_retries=10)
+        env = claude_job_env(tmux_env)
         started = time.monotonic()
         result = _submit(home, env, tmp_path / "work", wait=True)
         assert time.monotonic() - started < 20
@@ -285,10 +260,10 @@ def test_failures_end_in_error_in_the_clis_words(home, tmux_env, tmp_path, turns
     try:
         if turns is None:
             server.stop()
-            _setup(home, dead_url(), max_retries=1)
+            claude_profile(home, dead_url(), max_retries=1)
         else:
-            _setup(home, server, max_retries=2)
-        env = _env(tmux_env)
+            claude_profile(home, server, max_retries=2)
+        env = claude_job_env(tmux_env)
         started = time.monotonic()
         result = _submit(home, env, tmp_path / "work", wait=True)
         assert time.monotonic() - started < 45  # well within its idle and wall timeouts
@@ -309,8 +284,8 @@ def test_our_mcp_tools_are_allowed_and_the_rest_still_gated(home, tmux_env, tmp_
         ]
     ).start()
     try:
-        _setup(home, server)
-        env = _env(tmux_env)
+        claude_profile(home, server)
+        env = claude_job_env(tmux_env)
         job_id = _submit(home, env, tmp_path / "work")
         (request,) = _waiting(home, env)  # the Bash call asks; bb_put did not
         assert request["tool"] == "Bash"
@@ -332,8 +307,8 @@ def test_our_mcp_tools_are_allowed_and_the_rest_still_gated(home, tmux_env, tmp_
 def test_session_resume_continues_the_real_conversation(home, tmux_env, tmp_path):
     server = AnthropicServer([text("first answer"), text("second answer")]).start()
     try:
-        _setup(home, server)
-        env = _env(tmux_env)
+        claude_profile(home, server)
+        env = claude_job_env(tmux_env)
         first = _submit(home, env, tmp_path / "work", "--session", "talk", wait=True)
         assert first.returncode == 0, first.stderr
         job = _job(home, json_lines(first.stdout)[0]["job_id"])
@@ -363,8 +338,8 @@ def test_an_interrupted_job_is_requeued_into_the_same_conversation(home, tmux_en
     conversation claude recorded, so the model sees the first prompt again."""
     server = AnthropicServer([Stall(seconds=30), text("picked up again")]).start()
     try:
-        _setup(home, server, profile='on_interrupt = "requeue"\n')
-        env = _env(tmux_env)
+        claude_profile(home, server, profile='on_interrupt = "requeue"\n')
+        env = claude_job_env(tmux_env)
         job_id = _submit(home, env, tmp_path / "work", "--session", "cut")
         retry_until(lambda: len(server.turn_requests) >= 1, timeout=30, interval=0.05)
         job = retry_until(lambda: (j := _job(home, job_id)).conversation_id and j, timeout=10)
@@ -388,8 +363,8 @@ def test_a_rate_limit_the_cli_gave_up_on_is_resumed_later(home, tmux_env, tmp_pa
     time given: a backoff) and the next attempt waits queued, `ps` saying when it resumes."""
     server = AnthropicServer([rate_limited(retry_after=0)] * 3).start()
     try:
-        _setup(home, server, max_retries=1)
-        env = _env(tmux_env)
+        claude_profile(home, server, max_retries=1)
+        env = claude_job_env(tmux_env)
         result = _submit(home, env, tmp_path / "work", wait=False)
         job = _ended(home, result)
         assert job.status is JobState.ERROR
@@ -412,8 +387,8 @@ def test_a_subscription_limit_is_resumed_at_its_reset(home, tmux_env, tmp_path):
     resets_at = int(time.time()) + 3
     server = AnthropicServer([UsageLimit(resets_at=resets_at), text("after the reset")]).start()
     try:
-        _setup(home, server, oauth_token="scripted-oauth")
-        env = _env(
+        claude_profile(home, server, oauth_token="scripted-oauth")
+        env = claude_job_env(
             tmux_env,
             ANTHROPIC_API_KEY="",
             CLAUDE_CODE_OAUTH_TOKEN="sk-ant-oat01-scripted",
@@ -445,8 +420,8 @@ def test_a_budget_stops_the_real_claude_part_way(home, tmux_env, tmp_path):
     read = ToolCall("Read", {"file_path": str(work / "notes.txt")}, usage=Usage(400, 200))
     server = AnthropicServer([read] * 6 + [text("read it all")]).start()
     try:
-        _setup(home, server)
-        env = _env(tmux_env)
+        claude_profile(home, server)
+        env = claude_job_env(tmux_env)
         result = _submit(home, env, work, "--max-tokens", "1000", wait=True)
         assert result.returncode != 0
         job = _job(home, json_lines(result.stdout)[0]["job_id"])

@@ -1,6 +1,10 @@
 """A stand-in for `claude -p --output-format stream-json`: one `assistant` message with its
-`usage` (as the pinned CLI reports each message's tokens) every 0.3 s, counting them in
-`spent.txt`, then its `result`. Budget tests stop it part way."""
+`usage` every 0.3 s, counting them in `spent.txt`, then its `result`. Budget tests stop it part
+way.
+
+Why a stand-in: these tests count, from inside the agent, how many messages it got out before
+the stop (`spent.txt`), for per-profile and per-group budgets across several jobs; a real CLI
+keeps no such count. The real claude stopped by a budget: tests/test_real_claude.py."""
 
 import json
 import sys
