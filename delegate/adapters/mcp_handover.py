@@ -156,3 +156,38 @@ def _exit_status(lines: _Lines, forwarded: list[int]) -> int:
     if line.isdigit():
         return int(line)
     return 128 + forwarded[0] if forwarded else LOST_STATUS
+
+
+# -- the state dir's MCP nursery (entry/mcp_nursery), as a job's wrapper asks it ----------------
+
+NURSERY_STALE = b"stale"
+NURSERY_TIMEOUT_S = 5.0
+
+
+def nursery_fingerprint() -> list[str]:
+    """What a wrapper must share with the nursery to be served by it: the same Python and the
+    same package folder (a nursery of another installation would fork another toolkit)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return [sys.executable, package]
+
+
+def ask_nursery(path: str, env: dict[str, str], fds: list[int]) -> int | None:
+    """Ask the nursery at `path` for a job's zygote in `env` on `fds` (its stdin pipe, its log,
+    its folder); the zygote's pid, or None when no nursery forked one (none listens, it is
+    stale, or it refused)."""
+    import json  # json, socket: the wrapper's, never `delegate mcp`'s hot path
+    import socket  # as json
+
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(NURSERY_TIMEOUT_S)
+            conn.connect(path)
+            message = {"fingerprint": nursery_fingerprint(), "env": env}
+            socket.send_fds(conn, [json.dumps(message).encode()], fds)
+            conn.shutdown(socket.SHUT_WR)
+            answer = conn.recv(64)
+    except OSError:
+        return None
+    if not answer.startswith(STARTED) or not answer[1:].strip().isdigit():
+        return None
+    return int(answer[1:].strip())

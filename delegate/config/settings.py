@@ -44,6 +44,7 @@ COLUMNS_ENV = "COLUMNS"
 JAVA_HOME_ENV = "JAVA_HOME"
 REPORT_WARM_ENV = "DELEGATE_REPORT_WARM_S"
 PUBLISH_WARM_ENV = "DELEGATE_PUBLISH_WARM_S"
+MCP_WARM_ENV = "DELEGATE_MCP_WARM_S"
 RATE_LIMIT_JITTER_ENV = "DELEGATE_RATE_LIMIT_JITTER_S"
 PATH_ENV = "PATH"
 # What an agent gets of its submitter's environment besides PATH (services/jobs/agent_env).
@@ -54,6 +55,7 @@ DEFAULT_MQTT_PREFIX = "delegate"
 DEFAULT_TMUX_TMPDIR = "/tmp"  # noqa: S108 - where tmux itself looks
 DEFAULT_REPORT_WARM_S = 300.0
 DEFAULT_PUBLISH_WARM_S = 120.0
+DEFAULT_MCP_WARM_S = 600.0  # the state dir's MCP nursery (entry/mcp_nursery)
 
 
 class EnvVar:
@@ -145,6 +147,12 @@ ENV_VARS = (
         " `0`: not at all",
     ),
     EnvVar(
+        MCP_WARM_ENV,
+        f"`{DEFAULT_MCP_WARM_S:g}`",
+        "seconds the state dir's MCP nursery (the MCP SDK loaded once, forked for each claude or"
+        " codex job's warm `delegate mcp`) stays up, idle; `0`: each job loads the SDK itself",
+    ),
+    EnvVar(
         RATE_LIMIT_JITTER_ENV,
         "`5`",
         "at most how many seconds past its limit's reset a rate-limited attempt resumes (a random"
@@ -200,6 +208,12 @@ def publish_warm_s(env: Mapping[str, str]) -> float:
     the next publish (services/jobs/warm_publish); ConfigError for what is no number of
     seconds."""
     return _seconds(env, PUBLISH_WARM_ENV, DEFAULT_PUBLISH_WARM_S)
+
+
+def mcp_warm_s(env: Mapping[str, str]) -> float:
+    """`$DELEGATE_MCP_WARM_S` of `env`: how long the state dir's MCP nursery waits for the next
+    job (entry/mcp_nursery); ConfigError for what is no number of seconds."""
+    return _seconds(env, MCP_WARM_ENV, DEFAULT_MCP_WARM_S)
 
 
 def rate_limit_jitter_s(env: Mapping[str, str]) -> float | None:

@@ -17,3 +17,6 @@ WORKTREES_DIR = "worktrees"  # a job's own git worktree: worktrees/<repo name>/<
 PUBLISH_SERVER_SOCKET = "publish.sock"  # the warm publish server (runtime/publish_server)
 PUBLISH_SERVER_LOCK = "publish-server.lock"  # held by that server for its life
 PUBLISH_SERVER_LOG = "publish-server.log"  # its stdout and stderr
+MCP_NURSERY_SOCKET = "mcp-nursery.sock"  # the state dir's MCP nursery (entry/mcp_nursery)
+MCP_NURSERY_LOCK = "mcp-nursery.lock"  # held by the nursery for its life
+MCP_NURSERY_LOG = "mcp-nursery.log"  # its stdout and stderr

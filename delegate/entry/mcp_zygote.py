@@ -32,20 +32,27 @@ from delegate.core.errors import UsageError, guarded
 from delegate.core.ids import is_job_id
 from delegate.services.state import State
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the SDK's: loaded by `run`, after the socket listens
+    from delegate.entry.mcp_server import Warm
+
 log = logsetup.get_logger(__name__)
 POLL_S = 1.0  # how often it checks that its wrapper is still there
 HANDOVER_TIMEOUT_S = 5.0  # a client that connects and sends nothing frees the zygote after this
 BACKLOG = 16
 
 
-def serve_forever(listener: socket.socket, serving: Callable[[], int], job_id: str) -> None:
-    """Fork a server per connection until the wrapper closes our stdin or goes away."""
-    wrapper = os.getppid()
+def serve_forever(
+    listener: socket.socket, serving: Callable[[], int], job_id: str, parent: int | None
+) -> None:
+    """Fork a server per connection until the wrapper closes our stdin or goes away (`parent`:
+    the wrapper's pid when it is this process's parent; a zygote the nursery forked has only
+    the pipe to tell)."""
     while True:
         ready, _, _ = select.select([listener, sys.stdin.fileno()], [], [], POLL_S)
         if sys.stdin.fileno() in ready and not os.read(sys.stdin.fileno(), 512):
             return  # the wrapper closed its end of the pipe (or died)
-        if os.getppid() != wrapper:
+        if parent is not None and os.getppid() != parent:
             return  # the wrapper is gone
         if listener in ready:
             take(listener, serving, job_id)
@@ -117,6 +124,13 @@ def stop(signum: int, frame: object) -> None:
 
 def main() -> int:
     """Listen, warm up, serve until told to stop."""
+    return run(None, parent=os.getppid())
+
+
+def run(warm: Warm | None, parent: int | None) -> int:
+    """The zygote of the job this process's environment names: listen, warm up unless `warm`
+    (what a nursery prepared before it forked this process) is given, serve until told to
+    stop."""
     env = settings()
     if not env.home or not is_job_id(env.job_id):
         raise UsageError("the warm MCP server serves one job (DELEGATE_HOME, DELEGATE_JOB_ID)")
@@ -131,9 +145,9 @@ def main() -> int:
         from delegate.entry.mcp_server import identify, prepare, serve
 
         identify(State.open())  # a job this process may not serve: no warm server
-        warm = prepare()
+        ready = warm if warm is not None else prepare()
         log.info("warm MCP server of job %s ready (pid %d) at %s", env.job_id, os.getpid(), path)
-        serve_forever(listener, lambda: serve(warm), env.job_id)
+        serve_forever(listener, lambda: serve(ready), env.job_id, parent)
     finally:
         listener.close()
         with contextlib.suppress(OSError):

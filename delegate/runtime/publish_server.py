@@ -46,7 +46,7 @@ class WarmPublisher:
         # as its clients name it (entry/publish), so that the fingerprints compare
         self.home = state_home_text(state.env) or str(state.layout.home)
         self.fingerprint = fingerprint(self.home, state.env)
-        self.code = _loaded_code()
+        self.code = loaded_code()
         self.ending = threading.Event()
         self.buses: dict[str, Bus] = {}  # kept open: see services/jobs/publish._send
 
@@ -67,7 +67,7 @@ class WarmPublisher:
     def code_changed(self) -> bool:
         """Whether a module this server loaded changed on disk since (the ones it loads later
         are added: they are loaded as they are now)."""
-        now = _loaded_code()
+        now = loaded_code()
         if any(now.get(path, -1) != mtime for path, mtime in self.code.items()):
             return True
         self.code = now
@@ -81,7 +81,7 @@ class WarmPublisher:
             bus.close()
 
 
-def _loaded_code() -> dict[str, int]:
+def loaded_code() -> dict[str, int]:
     """The modification time of every delegate module this process loaded: a toolkit upgraded
     or edited under a running server makes it stale."""
     code = {}

@@ -24,6 +24,7 @@ from delegate.adapters.groups import GroupBook
 from delegate.adapters.tmux import Tmux, TmuxUnreachable, validate_session_name
 from delegate.config.budget import budget_for
 from delegate.config.profiles import Profile, read_config, resolve
+from delegate.config.settings import mcp_warm_s
 from delegate.core.caps import AFTER_RULES, Gate, broken_dependency
 from delegate.core.errors import (
     DelegateError,
@@ -505,6 +506,8 @@ def _admit(
         "channel": profile.channel,
         "mcp": mcp,  # its wrapper starts a warm `delegate mcp` (runtime/mcp_warm)
     }
+    if mcp:  # the submitter's $DELEGATE_MCP_WARM_S: how long the state dir's nursery waits
+        launch["mcp_warm_s"] = mcp_warm_s(state.env)
     if profile.channel == "claude-stream":  # what Claude settles itself; the rest is gated
         allowed = [*profile.allowed_tools, *([mcp_config.CLAUDE_TOOLS] if mcp else [])]
         launch["permission"] = {"mode": profile.permission_mode, "allowed_tools": allowed}
