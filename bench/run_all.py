@@ -29,6 +29,7 @@ SCRIPTS = [
     "remote_submit.py",  # these two build network namespaces: root only
     "remote_fleet.py",
     "report_scale.py --small",  # 100 jobs beside a bare Spark start, then 10 new jobs
+    "real_agents.py",  # the real claude CLI (`make agents`) against the scripted model server
 ]  # report_scale.py (1M and 10M events) takes many minutes: run it on its own
 
 

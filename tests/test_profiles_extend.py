@@ -92,3 +92,21 @@ def test_a_table_with_command_replaces_the_builtin(tmp_path: Path):
 def test_bad_extensions_are_explained(tmp_path: Path, text: str, message: str):
     with pytest.raises(ConfigError, match=message):
         _profiles(tmp_path, text)
+
+
+def test_claudes_settings_gate_with_pretooluse_and_wait_only_for_decisions():
+    """Print mode calls PreToolUse (never PermissionRequest): it decides, so claude waits for
+    it, a minute longer than a person may take; the hooks that only report run async."""
+    import json
+
+    from delegate.services.jobs.submit import claude_settings
+
+    hooks = json.loads(claude_settings(600))["hooks"]
+    assert set(hooks) == {"PreToolUse", "PermissionRequest", "Notification", "Stop", "SessionStart"}
+    for name, entries in hooks.items():
+        (spec,) = entries[0]["hooks"]
+        assert spec["command"].endswith("delegate hook")
+        if name in ("PreToolUse", "PermissionRequest"):
+            assert spec["timeout"] == 660 and "async" not in spec
+        else:
+            assert spec["async"] is True

@@ -332,3 +332,10 @@ def settings() -> Settings:
         _built_from = dict(now)
         _current = Settings.from_env()
     return _current
+
+
+def become(env: Mapping[str, str]) -> None:
+    """Make `env` this process's whole environment: a process forked to run as another's (the
+    MCP nursery's zygotes, each in its agent's environment)."""
+    os.environ.clear()
+    os.environ.update(env)

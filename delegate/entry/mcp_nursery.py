@@ -37,7 +37,7 @@ from typing import NoReturn
 from delegate.adapters.mcp_handover import NURSERY_STALE, STARTED, nursery_fingerprint
 from delegate.adapters.publish_socket import listen_private, peer_uid, socket_inode
 from delegate.config import logsetup
-from delegate.config.settings import mcp_warm_s, settings
+from delegate.config.settings import become, mcp_warm_s, settings
 from delegate.core.errors import guarded
 from delegate.entry import mcp_zygote
 from delegate.runtime.publish_server import loaded_code
@@ -130,8 +130,7 @@ class Nursery:
             os.fchdir(folder)
             for fd in fds:
                 os.close(fd)
-            os.environ.clear()
-            os.environ.update(env)
+            become(env)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             status = guarded(lambda: mcp_zygote.run(self.warm, parent=None))
         finally:

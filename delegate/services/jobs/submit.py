@@ -243,6 +243,8 @@ def claude_settings(permission_wait_s: float) -> bytes:
         command: dict[str, Any] = {"type": "command", "command": hook}
         if name in DECIDING_HOOKS:
             command["timeout"] = int(permission_wait_s) + 60
+        else:  # only reports: claude need not wait for them (~20-40 ms each, at start and end)
+            command["async"] = True
         hooks[name] = [{"matcher": "", "hooks": [command]}]
     return json.dumps({"hooks": hooks}, indent=2).encode()
 
