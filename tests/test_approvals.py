@@ -1,6 +1,10 @@
-"""Approvals (issue 22, item 1): a stand-in agent drives the real `delegate hook` with a Claude
-Code `PermissionRequest`; the job's real wrapper in a real tmux pane waits for a decision made
-from another shell (`delegate approve`), by a rule, or by the timeout."""
+"""Approvals: a stand-in agent drives the real `delegate hook` with the `PreToolUse` call Claude
+Code makes in print mode; the job's real wrapper in a real tmux pane waits for a decision made
+from another shell (`delegate approve`), by a rule, or by the timeout.
+
+Why a stand-in: these tests (and the dashboard's, top's and agent hosts' that share `_asking`)
+need a call asked at a moment they choose, twice in a row, from a plain `--cmd` job on a host in
+a network namespace. The real claude asking and being answered: tests/test_real_claude.py."""
 
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ def _asking(tmp_path: Path, name: str, command: str, times: int = 1) -> str:
     and keeps each answer the hook printed."""
     request = json.dumps(
         {
-            "hook_event_name": "PermissionRequest",
+            "hook_event_name": "PreToolUse",
             "tool_name": "Bash",
             "tool_input": {"command": command},
         }
@@ -41,9 +45,14 @@ def _asking(tmp_path: Path, name: str, command: str, times: int = 1) -> str:
 
 
 def _answer(tmp_path: Path, name: str, i: int = 0) -> dict[str, object]:
+    """The decision the hook printed, as {"behavior": ..., "message": ...} (a reason only
+    with a deny: an allow's says who allowed it)."""
     decision = json.loads((tmp_path / f"{name}.{i}").read_text())["hookSpecificOutput"]
-    assert decision["hookEventName"] == "PermissionRequest"
-    return decision["decision"]
+    assert decision["hookEventName"] == "PreToolUse"
+    behavior = decision["permissionDecision"]
+    if behavior == "deny":
+        return {"behavior": behavior, "message": decision["permissionDecisionReason"]}
+    return {"behavior": behavior}
 
 
 def _waiting(home: Path, env: dict[str, str], job_id: str) -> list[dict[str, object]]:

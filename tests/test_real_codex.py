@@ -389,6 +389,15 @@ def test_codex_usage_limit_ends_the_attempt_rate_limited_and_the_next_resumes_th
     assert (second["tokens_in"], second["tokens_out"]) == (700, 7)
 
 
+def _limited(home: Path, env: dict[str, str], work: Path, server: OpenAIServer, at: int) -> str:
+    """A codex job whose first turn hits a usage limit resetting at `at`, submitted: its id."""
+    server.script(UsageLimit(resets_at=at), text("carried on"))
+    argv = ["submit", "--agent", "codex", "--prompt", "Hi.", "--workdir", str(work), "--no-wait"]
+    result = run_cli(home, *argv, env=env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
 def test_codex_usage_limit_attempt_waits_for_the_reset(
     home: Path, tmux_env, tmp_path: Path, openai_server: OpenAIServer
 ):
@@ -399,21 +408,7 @@ def test_codex_usage_limit_attempt_waits_for_the_reset(
     work.mkdir()
     resets_at = int(time.time()) + 3
     resets_at += resets_at % 60 == 0  # not on the minute, which codex prints exactly
-    openai_server.script(UsageLimit(resets_at=resets_at), text("carried on"))
-    result = run_cli(
-        home,
-        "submit",
-        "--agent",
-        "codex",
-        "--prompt",
-        "Hi.",
-        "--workdir",
-        str(work),
-        "--no-wait",
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr
-    job_id = result.stdout.strip()
+    job_id = _limited(home, env, work, openai_server, resets_at)
     following = retry_until(lambda: shown(home, env, job_id)["retried_by"], timeout=30)
     not_before = shown(home, env, following)["not_before"]  # None: it starts at once
     assert not_before is not None, "the next attempt starts at once, before the reset"
@@ -440,21 +435,7 @@ def test_codex_usage_limit_is_read_in_the_agents_zone_not_the_tmux_servers(
     work = tmp_path / "work"
     work.mkdir()
     resets_at = int(time.time()) + 3
-    openai_server.script(UsageLimit(resets_at=resets_at), text("carried on"))
-    result = run_cli(
-        home,
-        "submit",
-        "--agent",
-        "codex",
-        "--prompt",
-        "Hi.",
-        "--workdir",
-        str(work),
-        "--no-wait",
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr
-    job_id = result.stdout.strip()
+    job_id = _limited(home, env, work, openai_server, resets_at)
     ended = retry_until(lambda: shown(home, env, job_id)["error"], timeout=30)
     assert ended == f"rate_limited: resets at {minute_of(resets_at)}"
 
