@@ -202,7 +202,6 @@ class Lines:
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self.proc = proc
         self.lines: list[tuple[float, bytes]] = []
-        self.eof_at: float | None = None
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
@@ -210,7 +209,6 @@ class Lines:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.append((time.time(), line))
-        self.eof_at = time.time()
 
     def wait(self, timeout: float) -> float:
         """The exit time; kills the process group on timeout (RuntimeError)."""
