@@ -176,7 +176,9 @@ class PublishServer:
         self._sock = listen_private(str(path))
         self._inode = socket_inode(path)
         if owner is not None:
-            os.chown(path, *owner)
+            # in a folder only root may change (runtime/wrapper's AgentIdentity), and never
+            # through a link: a link there would have its own owner changed, not its target's
+            os.chown(path, *owner, follow_symlinks=False)
         self._ends_when = ends_when
         self._talks: list[threading.Thread] = []
         self.last_active = time.monotonic()

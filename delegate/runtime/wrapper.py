@@ -92,15 +92,21 @@ def report(
 
 
 class AgentIdentity:
-    """`run_as = "USER"`: the OS user an agent runs as, and a private folder of theirs (0700)
-    for the publish socket and, for file prompts, a copy of the prompt."""
+    """`run_as = "USER"`: the OS user an agent runs as, and a folder for the publish socket
+    and, for file prompts, a copy of the prompt, both theirs.
+
+    The folder stays root's (0711: the agent reaches the names in it, lists and creates
+    nothing), never handed over: an agent's process, even one left from an earlier job, cannot
+    plant a link where this process then writes or changes owners. What goes in it is made
+    here, new (O_EXCL, O_NOFOLLOW), and given to the agent's user through its own open
+    descriptor (fchown), never by path."""
 
     def __init__(self, entry: Any, job_id: str) -> None:
         self.entry = entry
         self.uid: int = entry.pw_uid
         self.gid: int = entry.pw_gid
         self.folder = Path(tempfile.mkdtemp(prefix=f"delegate-{job_id}-"))
-        os.chown(self.folder, self.uid, self.gid)
+        os.chmod(self.folder, 0o711)
 
     @classmethod
     def of(cls, user: object, job_id: str) -> AgentIdentity | None:
@@ -122,9 +128,17 @@ class AgentIdentity:
     def hand_over_prompt(self, argv: list[str], prompt_path: Path) -> list[str]:
         """A copy of the prompt the agent's user may read, in place of the original path."""
         copy = self.folder / "prompt"
-        shutil.copyfile(prompt_path, copy)
-        os.chmod(copy, 0o600)
-        os.chown(copy, self.uid, self.gid)
+        folder = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            fd = os.open("prompt", flags, 0o600, dir_fd=folder)
+        finally:
+            os.close(folder)
+        try:
+            os.fchown(fd, self.uid, self.gid)
+            os.write(fd, prompt_path.read_bytes())
+        finally:
+            os.close(fd)
         return [part.replace(str(prompt_path), str(copy)) for part in argv]
 
     def clean_up(self) -> None:
