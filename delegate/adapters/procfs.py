@@ -64,3 +64,29 @@ def processes_using(folders: list[Path]) -> dict[Path, list[Use]]:
                     found[folder].append(Use(pid, how if how == "cwd" else f"{how} {target}"))
                     break
     return found
+
+
+MAX_ANCESTORS = 64  # a process tree deeper than this is not walked further
+
+
+def ancestor_environ(name: str, pid: int | None = None) -> tuple[int, str] | None:
+    """The first process, from `pid` (default: this one) up its parents, whose environment as
+    it was started holds `name`: (its pid, the value); None when none does (or none can be
+    read). A program that removed the variable before starting this one (`env -u`) still has
+    a parent that held it."""
+    wanted = name.encode() + b"="
+    current = os.getpid() if pid is None else pid
+    for _ in range(MAX_ANCESTORS):
+        if current <= 1:
+            return None
+        with contextlib.suppress(OSError), open(f"{PROC}/{current}/environ", "rb") as handle:
+            for entry in handle.read().split(b"\0"):
+                if entry.startswith(wanted):
+                    return current, entry[len(wanted) :].decode("utf-8", "replace")
+        try:
+            with open(f"{PROC}/{current}/stat", "rb") as handle:
+                # the command name may hold spaces and parentheses: the fields follow its last ")"
+                current = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+    return None

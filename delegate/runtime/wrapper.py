@@ -106,7 +106,7 @@ class AgentIdentity:
         self.uid: int = entry.pw_uid
         self.gid: int = entry.pw_gid
         self.folder = Path(tempfile.mkdtemp(prefix=f"delegate-{job_id}-"))
-        os.chmod(self.folder, 0o711)
+        os.chmod(self.folder, 0o711)  # noqa: S103 - traversable, not listable (see above)
 
     @classmethod
     def of(cls, user: object, job_id: str) -> AgentIdentity | None:

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from delegate.adapters.bus.mqtt import Connection
+from delegate.adapters.procfs import ancestor_environ
+from delegate.config.settings import JOB_ENV
 from delegate.core import hostproto
 from delegate.core.approvals import (
     NOT_TAKEN,
@@ -60,6 +62,15 @@ _SETTLED = (TAKEN, NOT_WAITING)
 # --- the delegator's side -----------------------------------------------------------------
 
 
+def inside_a_job(state: State) -> str | None:
+    """The job whose process tree or environment this process runs in, else None."""
+    own = state.env.get(JOB_ENV)
+    if own:
+        return own
+    found = ancestor_environ(JOB_ENV)
+    return found[1] if found is not None else None
+
+
 def approve(
     state: State,
     job_id: str,
@@ -70,8 +81,19 @@ def approve(
     request_id: str | None = None,
 ) -> WaitingRequest:
     """`delegate approve`: answer a waiting request of job `job_id`, here or on its host.
-    Returns the request once the wrapper took the answer (its `host` set for a job on one)."""
+    Returns the request once the wrapper took the answer (its `host` set for a job on one).
+    Refused, and audited, from inside any job (its pane, its sub-jobs, what its agent runs):
+    a decision comes from a person or a rule, never from an agent."""
     job = state.registry.get(job_id)
+    inside = inside_a_job(state)
+    if inside is not None:
+        state.audit.append(
+            job_id, "approval_refused", request_id=request_id, reason="inside_a_job", inside=inside
+        )
+        raise UsageError(
+            f"approve refuses to run inside job {inside}: an agent cannot answer a permission"
+            " request; a person answers from a shell of their own"
+        )
     if not job.host:
         return decide(
             state, job_id, deny=deny, reason=reason, remember=remember, request_id=request_id
