@@ -82,12 +82,13 @@ def test_rules_summaries_and_signatures():
     settings = ApprovalSettings(
         rules=(Rule("Bash", "allow", "git status*"), Rule("Bash", "deny", "rm *"))
     )
-    allowed = decide_by_rule(settings, "Bash", "git status --short")
+    allowed = decide_by_rule(settings, "Bash", {"command": "git status --short"})
     assert allowed is not None and allowed.behavior == "allow" and "rule 1" in allowed.maker
-    denied = decide_by_rule(settings, "Bash", "rm -rf /", remembered=["Bash"])
+    denied = decide_by_rule(settings, "Bash", {"command": "rm -rf /"}, remembered=["Bash rm"])
     assert denied is not None and denied.behavior == "deny"  # a deny rule beats --remember
-    assert decide_by_rule(settings, "Bash", "make") is None  # a person decides
-    assert decide_by_rule(settings, "Edit", "a.py", remembered=["Edit"]) == Decision(
+    assert decide_by_rule(settings, "Bash", {"command": "make"}) is None  # a person decides
+    edit = {"file_path": "/work/a.py"}
+    assert decide_by_rule(settings, "Edit", edit, remembered=["Edit /work"]) == Decision(
         "allow", "Edit allowed for the rest of the job", "remembered"
     )
     signed = sign_decision({"request_id": "r", "behavior": "allow"}, "token")

@@ -18,8 +18,10 @@ DELEGATE = str(Path(sys.executable).parent / "delegate")
 def test_an_agent_cannot_approve_a_request_even_without_its_job_variable(
     home: Path, tmux_env, tmp_path: Path
 ):
-    asking = submit_no_wait(home, tmux_env, tmp_path, _asking(tmp_path, "asked", "rm -rf build"))
-    _waiting(home, tmux_env, asking)
+    long_call = "rm -rf build && " + "echo " + "z" * 300  # longer than any summary line
+    asking = submit_no_wait(home, tmux_env, tmp_path, _asking(tmp_path, "asked", long_call))
+    (waiting,) = _waiting(home, tmux_env, asking)
+    assert waiting["call"] == long_call  # `approvals --json` carries the whole call
     script = "\n".join(
         [
             f"{DELEGATE} approve {asking} --remember 2> {tmp_path}/err1; echo $? > {tmp_path}/rc1",

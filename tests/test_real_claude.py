@@ -97,6 +97,7 @@ def test_a_gated_call_waits_for_a_person_and_runs_once_approved(
     (request,) = waiting
     assert request["job_id"] == job_id and request["tool"] == "Bash"
     assert "touch made-by-bash" in request["summary"]
+    assert request["call"] == "touch made-by-bash"  # the whole call, never cut
     assert not (work / "made-by-bash").exists()  # it waits: nothing ran before the answer
     approved = run_cli(home, "approve", job_id, env=env)
     assert approved.returncode == 0, approved.stderr

@@ -13,10 +13,12 @@ registry keeps it) can sign one, so a decision from anyone else is refused by th
 import fnmatch
 import hmac
 import json
+import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from delegate.core.protocol import canonical_json
+from delegate.core.shellcalls import simple_commands
 
 ALLOW = "allow"
 DENY = "deny"
@@ -82,16 +84,97 @@ def _short(text: str) -> str:
 
 
 def decide_by_rule(
-    settings: ApprovalSettings, tool: str, summary: str, remembered: Sequence[str] = ()
+    settings: ApprovalSettings, tool: str, tool_input: object, remembered: Sequence[str] = ()
 ) -> Decision | None:
-    """The decision of the first rule that matches the call; else an allow when the tool was
-    remembered for this job (`approve --remember`); else None: a person decides."""
-    for index, rule in enumerate(settings.rules):
-        if fnmatch.fnmatchcase(tool, rule.tool) and fnmatch.fnmatchcase(summary, rule.match):
-            return Decision(rule.decision, f"by {rule.label(index)}", rule.label(index))
-    if tool in remembered:
+    """The decision the rules give the whole call, else None: a person decides.
+
+    A Bash call is decided on the simple commands it would run (core/shellcalls): one that a
+    deny rule matches denies the call; the call is allowed only when every one of them is
+    allowed, by a rule or a shape `approve --remember` remembered, and none writes a file
+    through a redirection; text the grammar cannot read goes to a person. Any other call is
+    matched as a whole (`call_text`: a file path resolved, else its input's JSON, never cut).
+    Rules are tried in order; the first that matches a command or call decides it."""
+    if tool == "Bash":
+        return _decide_bash(settings, tool_input, remembered)
+    text = call_text(tool_input)
+    rule = _first_rule(settings, tool, text)
+    if rule is not None:
+        index, found = rule
+        return Decision(found.decision, f"by {found.label(index)}", found.label(index))
+    if call_shape(tool, tool_input) in remembered:
         return Decision(ALLOW, f"{tool} allowed for the rest of the job", "remembered")
     return None
+
+
+def _first_rule(settings: ApprovalSettings, tool: str, text: str) -> tuple[int, Rule] | None:
+    for index, rule in enumerate(settings.rules):
+        if fnmatch.fnmatchcase(tool, rule.tool) and fnmatch.fnmatchcase(text, rule.match):
+            return index, rule
+    return None
+
+
+def _decide_bash(
+    settings: ApprovalSettings, tool_input: object, remembered: Sequence[str]
+) -> Decision | None:
+    command = tool_input.get("command") if isinstance(tool_input, Mapping) else None
+    commands = simple_commands(command) if isinstance(command, str) else None
+    if commands is None:
+        return None  # nothing to run, or text no grammar reads: a person decides
+    allowed_by: list[str] = []
+    for simple in commands:
+        rule = _first_rule(settings, "Bash", simple.text)
+        if rule is not None and rule[1].decision == DENY:
+            label = rule[1].label(rule[0])
+            return Decision(DENY, f"by {label}: {simple.text[:SUMMARY_CHARS]}", label)
+        if simple.writes:
+            return None  # it writes a file through a redirection: a person reads where
+        if rule is not None:
+            allowed_by.append(rule[1].label(rule[0]))
+        elif f"Bash {simple.shape}" in remembered:
+            allowed_by.append("remembered")
+        else:
+            return None  # a command no rule covers: a person decides the whole call
+    makers = list(dict.fromkeys(allowed_by))
+    if makers == ["remembered"]:
+        return Decision(ALLOW, "allowed for the rest of the job (remembered)", "remembered")
+    return Decision(ALLOW, f"by {', '.join(makers)}", ", ".join(makers))
+
+
+FILE_KEYS = ("file_path", "notebook_path", "path")
+
+
+def call_text(tool_input: object) -> str:
+    """What a non-Bash rule's `match` is matched against: a file tool's path, resolved (`..`
+    and `.` taken out, so `/work/../home/.bashrc` is `/home/.bashrc`), else the whole input as
+    JSON (keys sorted)."""
+    if isinstance(tool_input, Mapping):
+        for key in FILE_KEYS:
+            value = tool_input.get(key)
+            if isinstance(value, str) and value:
+                return posixpath.normpath(value) if value.startswith("/") else value
+        command = tool_input.get("command")
+        if isinstance(command, str):
+            return command
+    try:
+        return json.dumps(tool_input, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(tool_input)
+
+
+def call_shape(tool: str, tool_input: object) -> str:
+    """What `approve --remember` remembers of a call: for Bash the shape of each simple command
+    (`Bash git push`; several, newline-separated), for a file tool its folder (`Edit /work/src`),
+    else the tool and its whole input: never a whole tool."""
+    if tool == "Bash":
+        command = tool_input.get("command") if isinstance(tool_input, Mapping) else None
+        commands = simple_commands(command) if isinstance(command, str) else None
+        return "\n".join(f"Bash {c.shape}" for c in commands or ())
+    text = call_text(tool_input)
+    if isinstance(tool_input, Mapping) and any(
+        isinstance(tool_input.get(k), str) for k in FILE_KEYS
+    ):
+        return f"{tool} {posixpath.dirname(text)}"
+    return f"{tool} {text}"
 
 
 def timeout_decision(settings: ApprovalSettings) -> Decision:

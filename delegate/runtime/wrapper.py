@@ -47,6 +47,7 @@ from delegate.coord.heartbeats import Beater
 from delegate.core.approvals import (
     PERMISSION_REQUEST,
     PRE_TOOL_USE,
+    call_shape,
     claude_settles,
     hook_answer,
 )
@@ -314,7 +315,7 @@ def serve_publishes(state: State, job_id: str, identity: AgentIdentity | None = 
     publish_socket). For an agent running as another user the socket lives in a folder of
     theirs, since the job's log folder is closed to them."""
 
-    remembered: list[str] = []  # tools `approve --remember` allowed for the rest of the job
+    remembered: list[str] = []  # call shapes `approve --remember` allowed for the rest of the job
     permission = state.registry.get(job_id).launch.get("permission") or {}
 
     def handle(request: dict[str, Any]) -> dict[str, Any]:
@@ -385,8 +386,9 @@ def _permission(
         return {"ok": False, "message": str(exc), "exit_code": exc.exit_code}
     if decision is None:
         return {"ok": True, "hook_output": None}
-    if decision.remember and tool not in remembered:
-        remembered.append(tool)
+    if decision.remember:  # the call's shape (`Bash git push`), never the whole tool
+        shapes = call_shape(tool, request.get("tool_input")).splitlines()
+        remembered.extend(shape for shape in shapes if shape not in remembered)
     return {"ok": True, "hook_output": hook_answer(decision, hook)}
 
 

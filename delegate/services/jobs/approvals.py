@@ -31,6 +31,7 @@ from delegate.core.approvals import (
     TAKEN,
     ApprovalSettings,
     Decision,
+    call_text,
     decide_by_rule,
     parse_decision,
     sign_decision,
@@ -61,6 +62,7 @@ class WaitingRequest(NamedTuple):
     asked_at: str
     deadline: float  # epoch seconds
     host: str | None = None  # the agent host where it waits, for a job on one
+    call: str = ""  # the whole call, never cut (`summary` is its short line)
 
 
 def settings_of(state: State) -> ApprovalSettings:
@@ -103,7 +105,7 @@ def ask(
     settings = settings or settings_of(state)
     summary = summarize(tool_input)
     request_id = os.urandom(6).hex()
-    ruled = decide_by_rule(settings, tool, summary, remembered)
+    ruled = decide_by_rule(settings, tool, tool_input, remembered)
     if ruled is not None:
         _audit_decision(state, job_id, request_id, tool, summary, ruled)
         return ruled
@@ -117,6 +119,7 @@ def ask(
         "request_id": request_id,
         "tool": tool,
         "summary": summary,
+        "call": call_text(tool_input),
         "asked_at": record_timestamp(),
         "deadline": deadline,
     }
@@ -196,6 +199,7 @@ def waiting_requests(state: State, job_ids: Sequence[str] | None = None) -> list
                         str(data["summary"]),
                         str(data["asked_at"]),
                         float(data["deadline"]),
+                        call=str(data.get("call") or data["summary"]),
                     )
                 )
             except (OSError, ValueError, KeyError, TypeError):
