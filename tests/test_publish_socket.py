@@ -43,6 +43,8 @@ def test_bad_requests_get_an_answer_not_a_crash(tmp_path: Path):
     try:
         assert _raw(tmp_path / "p.sock", b"{nope")["exit_code"] == 64
         assert _raw(tmp_path / "p.sock", b"[1]")["exit_code"] == 64
+        # nested past the parser's own limit (issue 30): an answer, and the server stays up
+        assert _raw(tmp_path / "p.sock", b"[" * 200_000)["message"] == "malformed request"
         assert (
             _raw(tmp_path / "p.sock", b"x" * (MAX_REQUEST + 10))["message"] == "request too large"
         )

@@ -168,8 +168,9 @@ def test_send_is_literal_and_peek_shows_the_last_lines(home: Path, tmux_env, tmp
     job_id = submit_no_wait(home, tmux_env, tmp_path, READER, "--session", "talk")
     wait_running(home, job_id)
     retry_until((tmp_path / "reading").exists)
-    tricky = """it's "quoted" $(touch pwned) ; touch pwned2 C-c Enter"""
-    sent = run_cli(home, "send", "talk", tricky, env=tmux_env)
+    # `-N3` first: text, not an option of tmux's send-keys (issue 30)
+    tricky = """-N3 it's "quoted" $(touch pwned) ; touch pwned2 C-c Enter"""
+    sent = run_cli(home, "send", "talk", "--", tricky, env=tmux_env)
     assert sent.returncode == 0, sent.stderr
     got = retry_until(lambda: (tmp_path / "got.txt").exists() and (tmp_path / "got.txt"))
     assert got.read_text() == f"got:{tricky}\n"

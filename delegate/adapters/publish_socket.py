@@ -259,7 +259,7 @@ class PublishServer:
             return {"ok": False, "message": str(exc), "exit_code": 64}
         try:
             request = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # `[[[...` deep enough stops the parser itself
             return {"ok": False, "message": "malformed request", "exit_code": 64}
         if not isinstance(request, dict):
             return {"ok": False, "message": "malformed request", "exit_code": 64}

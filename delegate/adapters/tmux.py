@@ -387,8 +387,9 @@ class Tmux:
             self._run("send-keys", "-t", f"{name}:", *keys)
 
     def send_keys(self, name: str, text: str, *, enter: bool = True) -> None:
-        # -l: literal text, so words like "Enter" or "C-c" inside `text` are not keys.
-        self._run("send-keys", "-t", f"{name}:", "-l", text)
+        # -l: literal text, so words like "Enter" or "C-c" inside `text` are not keys; `--`:
+        # text that starts with `-` (`-N3`) is text, not an option of send-keys.
+        self._run("send-keys", "-t", f"{name}:", "-l", "--", text)
         if enter:
             self._run("send-keys", "-t", f"{name}:", "Enter")
 
