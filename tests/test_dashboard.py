@@ -440,3 +440,14 @@ def test_the_rest_of_the_toolkit_never_loads_the_web_extra(home: Path):
         )
         assert done.returncode == 0, done.stderr
         assert done.stderr.strip().splitlines()[-1] == "LOADED []", argv
+
+
+def test_no_other_page_may_frame_the_dashboard(served: Server):
+    """An agent's dev server on another localhost port cannot frame the page and have a person
+    click Approve through it (issue 30): every answer, a refusal too, says so."""
+    cookie = session_cookie(served)
+    for headers in ({"Cookie": cookie}, {}):
+        status, got, _ = request(served, "GET", "/", headers=headers)
+        assert status in (200, 403)
+        assert got["x-frame-options"] == "DENY"
+        assert "frame-ancestors 'none'" in got["content-security-policy"]

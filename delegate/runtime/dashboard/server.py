@@ -68,6 +68,12 @@ def _forbidden() -> Response:
     )
 
 
+FRAMING_HEADERS = (
+    (b"x-frame-options", b"DENY"),
+    (b"content-security-policy", b"frame-ancestors 'none'"),
+)
+
+
 class GuardMiddleware:
     """Host header, token and cookie, CSRF and read-only checks before any route runs."""
 
@@ -80,12 +86,21 @@ class GuardMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+
+        async def unframed(message: Any) -> None:
+            # no page of any other origin (an agent's dev server on localhost:*) may frame
+            # this one and have a person click Approve or Retry through it
+            if message["type"] == "http.response.start":
+                headers = [*message.get("headers", []), *FRAMING_HEADERS]
+                message = {**message, "headers": headers}
+            await send(message)
+
         request = Request(scope)
         refusal = self._refusal(request)
         if refusal is not None:
-            await refusal(scope, receive, send)
+            await refusal(scope, receive, unframed)
             return
-        await self.app(scope, receive, send)
+        await self.app(scope, receive, unframed)
 
     def _refusal(self, request: Request) -> Response | None:
         guard = self.guard
