@@ -138,3 +138,24 @@ def test_a_silent_client_does_not_hold_the_server(tmp_path: Path, monkeypatch):
         silent.close()
     finally:
         server.close()
+
+
+def test_the_warm_mcp_socket_never_goes_through_a_planted_link(tmp_path: Path, monkeypatch):
+    """`mcp_handover.socket_path`'s fallback folder (a log folder too deep for a socket) is
+    refused when a link stands where it should be (issue 30), as publish_socket's is."""
+    import os
+    import tempfile
+
+    from delegate.adapters import mcp_handover
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(temp))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    os.symlink(elsewhere, temp / f"delegate-{os.getuid()}")
+    deep = str(tmp_path / ("d" * 120))
+    assert mcp_handover.socket_path(deep, "0123abcd") is None
+    os.unlink(temp / f"delegate-{os.getuid()}")
+    found = mcp_handover.socket_path(deep, "0123abcd")
+    assert found is not None and found.startswith(str(temp))

@@ -20,6 +20,7 @@ in-process as if there were no warm server. This side is the client's hot path: 
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 from delegate.config.statefiles import LOGS_DIR
@@ -48,11 +49,11 @@ def socket_path(home: str, job_id: str) -> str | None:
     folder = os.path.join(tempfile.gettempdir(), f"delegate-{os.getuid()}")
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
-        info = os.stat(folder)
+        info = os.lstat(folder)  # not a link planted there to a folder of someone else's
     except OSError:
         return None
-    if info.st_uid != os.getuid() or (info.st_mode & 0o077):
-        return None  # someone else's folder, or readable by others: do not use it
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or (info.st_mode & 0o077):
+        return None  # a link, someone else's folder, or one open to others: do not use it
     candidate = os.path.join(folder, f"{job_id}.{SOCKET_FILE}")
     return candidate if len(os.fsencode(candidate)) < _MAX_PATH else None
 
@@ -69,6 +70,8 @@ def hand_over(path: str, job_id: str) -> int | None:
         lines = _Lines(sock)
         try:
             sock.connect(path)
+            if _peer_uid(sock) != os.getuid():
+                return None  # not our user's server: it gets no descriptor of ours
             _send_stdio(sock, job_id)
             started = lines.next()
         except OSError:
@@ -92,6 +95,14 @@ def hand_over(path: str, job_id: str) -> int | None:
         return _exit_status(lines, forwarded)
     finally:
         sock.close()
+
+
+def _peer_uid(sock: socket) -> int:
+    """The uid of the process listening at the other end (SO_PEERCRED: pid, uid, gid)."""
+    import _socket  # as in hand_over
+
+    creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    return int.from_bytes(creds[4:8], sys.byteorder)
 
 
 def _send_stdio(sock: socket, job_id: str) -> None:
