@@ -148,8 +148,9 @@ def test_the_warm_mcp_socket_never_goes_through_a_planted_link(tmp_path: Path, m
 
     from delegate.adapters import mcp_handover
 
-    temp = tmp_path / "tmp"
-    temp.mkdir()
+    import shutil
+
+    temp = Path(tempfile.mkdtemp(prefix="dlt-", dir="/tmp"))  # short: a socket path fits
     monkeypatch.setattr(tempfile, "gettempdir", lambda: str(temp))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir(mode=0o700)
@@ -157,5 +158,8 @@ def test_the_warm_mcp_socket_never_goes_through_a_planted_link(tmp_path: Path, m
     deep = str(tmp_path / ("d" * 120))
     assert mcp_handover.socket_path(deep, "0123abcd") is None
     os.unlink(temp / f"delegate-{os.getuid()}")
-    found = mcp_handover.socket_path(deep, "0123abcd")
-    assert found is not None and found.startswith(str(temp))
+    try:
+        found = mcp_handover.socket_path(deep, "0123abcd")
+        assert found is not None and found.startswith(str(temp))
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
