@@ -144,11 +144,10 @@ def test_the_warm_mcp_socket_never_goes_through_a_planted_link(tmp_path: Path, m
     """`mcp_handover.socket_path`'s fallback folder (a log folder too deep for a socket) is
     refused when a link stands where it should be (issue 30), as publish_socket's is."""
     import os
+    import shutil
     import tempfile
 
     from delegate.adapters import mcp_handover
-
-    import shutil
 
     temp = Path(tempfile.mkdtemp(prefix="dlt-", dir="/tmp"))  # short: a socket path fits
     monkeypatch.setattr(tempfile, "gettempdir", lambda: str(temp))
