@@ -288,3 +288,44 @@ def test_a_retried_worktree_job_works_on_in_its_worktree(home: Path, tmux_env, t
     assert len(counts) == 2 and all(c["path"].startswith("attempt-") for c in counts)
     listed = json_lines(run_cli(home, "worktree", "list", "--json", env=tmux_env).stdout)
     assert [r["job_id"] for r in listed] == [second]
+
+
+def test_clean_never_loses_a_detached_commit_or_an_ignored_file(
+    home: Path, tmux_env, tmp_path: Path
+):
+    """Issue 30, item 6: an agent committed on a detached HEAD and wrote an ignored file; its
+    branch alone looks merged. `list` says what keeps it and `clean` keeps it; an ignored
+    folder a build makes again (`node_modules/`) keeps nothing."""
+    repo = make_repo(tmp_path / "repo")
+    (repo / ".gitignore").write_text("*.local\nnode_modules/\n")
+    sh_git(repo, "add", ".gitignore")
+    sh_git(repo, "commit", "-q", "-m", "ignore")
+    detached = submit_in_worktree(
+        home,
+        tmux_env,
+        repo,
+        "git checkout -q --detach && echo x > x.txt && git add x.txt && git commit -q -m x"
+        " && echo mine > notes.local",
+    )
+    built = submit_in_worktree(
+        home, tmux_env, repo, "mkdir node_modules && echo 1 > node_modules/a"
+    )
+    wait_ended(home, detached, built)
+    listed = json_lines(run_cli(home, "worktree", "list", "--json", env=tmux_env).stdout)
+    rows = {row["job_id"]: row for row in listed}
+    assert rows[detached]["stray"] == 1 and rows[detached]["ignored"] == 1
+    assert rows[detached]["kept_by"] == "1 commit(s) at its HEAD only"
+    assert (rows[built]["stray"], rows[built]["ignored"], rows[built]["kept_by"]) == (
+        0,
+        0,
+        "merged",
+    )
+    result = run_cli(home, "worktree", "clean", env=tmux_env)
+    assert result.returncode == 0, result.stderr
+    lines = {line.split()[0]: line for line in result.stdout.splitlines()}
+    assert lines[detached].startswith(f"{detached} kept: ")
+    assert "1 commit(s) at its HEAD reachable from no other branch" in lines[detached]
+    assert "1 ignored file(s) outside [worktree] disposable" in lines[detached]
+    path = Path(job_record(home, detached).worktree["path"])
+    assert (path / "notes.local").read_text() == "mine\n"
+    assert lines[built].startswith(f"{built} removed")

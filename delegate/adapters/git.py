@@ -236,6 +236,23 @@ def parse_status(data: bytes) -> list[StatusEntry]:
     return entries
 
 
+def stray_commits(worktree: Path, branch: str) -> list[str]:
+    """Commits the worktree's HEAD holds (detached or not) that no branch but its own
+    `branch`, and no remote-tracking ref, reaches: what removing the worktree and its branch
+    would leave dangling."""
+    text = out(
+        worktree, "rev-list", "HEAD", "--not", f"--exclude={branch}", "--branches", "--remotes"
+    )
+    return text.split()
+
+
+def ignored(path: Path) -> list[str]:
+    """The ignored files and folders in the worktree at `path` (a folder wholly ignored is one
+    entry, `node_modules/`)."""
+    data = run(path, "status", "--porcelain", "-z", "--ignored", "--untracked-files=all").stdout
+    return [entry.path for entry in parse_status(data) if entry.code == "!!"]
+
+
 def unreachable_commits(repo: Path, branch: str, base: str) -> list[str]:
     """Commits on `branch` reachable neither from `base` nor from any remote-tracking ref:
     the work only this branch holds."""

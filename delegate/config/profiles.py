@@ -454,6 +454,9 @@ def lost_after_s(config: Mapping[str, Any]) -> float | None:
     return float(value)
 
 
+DISPOSABLE = ("node_modules", ".venv", "__pycache__", "target", "dist", "build", ".cache")
+
+
 class WorktreeConfig(NamedTuple):
     """`[worktree]` of delegate.toml, and `worktree = true|false` of a profile."""
 
@@ -461,6 +464,8 @@ class WorktreeConfig(NamedTuple):
     per_profile: tuple[tuple[str, bool], ...] = ()
     keep_max_gb: float | None = None  # the monitor and doctor report worktrees over these
     keep_days: float | None = None
+    # ignored folders a build makes again: they do not keep a worktree from `clean`
+    disposable: tuple[str, ...] = DISPOSABLE
 
     def wanted(self, profile: str) -> bool:
         """Whether a job of `profile` gets its own worktree when submit does not say."""
@@ -470,7 +475,7 @@ class WorktreeConfig(NamedTuple):
 def worktree_config(config: Mapping[str, Any], source: Path) -> WorktreeConfig:
     table = config.get("worktree", {})
     where = f"{source} [worktree]"
-    table = checked_table(table, where, {"default", "keep_max_gb", "keep_days"})
+    table = checked_table(table, where, {"default", "keep_max_gb", "keep_days", "disposable"})
     default = table.get("default", False)
     if not isinstance(default, bool):
         raise ConfigError(f"{where}: default must be true or false")
@@ -485,7 +490,12 @@ def worktree_config(config: Mapping[str, Any], source: Path) -> WorktreeConfig:
     for name, profile in tables.items() if isinstance(tables, dict) else ():
         if isinstance(profile, dict) and isinstance(profile.get("worktree"), bool):
             per_profile.append((name, profile["worktree"]))
-    return WorktreeConfig(default, tuple(per_profile), limits[0], limits[1])
+    disposable = table.get("disposable", list(DISPOSABLE))
+    if not isinstance(disposable, list) or not all(
+        isinstance(name, str) and name and "/" not in name for name in disposable
+    ):
+        raise ConfigError(f"{where}: disposable must be a list of folder names")
+    return WorktreeConfig(default, tuple(per_profile), limits[0], limits[1], tuple(disposable))
 
 
 def notifier(config: Mapping[str, Any], source: Path) -> tuple[list[str], tuple[str, ...]] | None:

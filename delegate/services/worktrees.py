@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from delegate.adapters import git, procfs
-from delegate.config.profiles import ConfigFile, worktree_config
+from delegate.config.profiles import DISPOSABLE, ConfigFile, read_config, worktree_config
 from delegate.core.errors import GitError, UsageError
 from delegate.core.model import Job
 from delegate.core.timefmt import parse_timestamp, record_timestamp
@@ -200,13 +200,17 @@ class WorktreeRow(NamedTuple):
     behind: int | None = None
     changed: int | None = None  # uncommitted or untracked files
     unpushed: int | None = None  # commits on neither the base branch nor a remote
+    stray: int | None = None  # commits at its HEAD no other branch nor remote reaches
+    ignored: int | None = None  # ignored files outside `[worktree] disposable`
     size: int | None = None
     age_s: float | None = None
     problem: str | None = None
 
     @property
     def kept_by(self) -> str:
-        """merged, pushed, or how many commits only this branch holds."""
+        """merged, pushed, or how many commits only this branch (or its HEAD) holds."""
+        if self.stray:
+            return f"{self.stray} commit(s) at its HEAD only"
         if self.ahead == 0:
             return "merged"
         if self.unpushed == 0:
@@ -230,7 +234,14 @@ def jobs_with_worktrees(state: State) -> list[Job]:
     ]
 
 
-def _row(job: Job, now: datetime, tips: dict[str, str] | None, *, sizes: bool) -> WorktreeRow:
+def _row(
+    job: Job,
+    now: datetime,
+    tips: dict[str, str] | None,
+    *,
+    sizes: bool,
+    disposable: tuple[str, ...] = DISPOSABLE,
+) -> WorktreeRow:
     """One worktree's facts; `tips` are its repository's branches (None: git could not say)."""
     entry = job.worktree or {}
     repo, path, branch = Path(entry["repo"]), Path(entry["path"]), entry["branch"]
@@ -250,10 +261,26 @@ def _row(job: Job, now: datetime, tips: dict[str, str] | None, *, sizes: bool) -
         ahead, behind = (0, 0) if same else git.ahead_behind(repo, branch, base)
         unpushed = len(git.unreachable_commits(repo, branch, base)) if ahead else 0
         changed = len(git.status(path))
+        # a detached HEAD's commits, and ignored files: what the branch alone does not show
+        stray = len(git.stray_commits(path, branch))
+        kept = [name for name in git.ignored(path) if not _disposable(name, disposable)]
     except GitError as exc:
         return row._replace(problem=str(exc))
     size = git.size_on_disk(path) if sizes else None
-    return row._replace(ahead=ahead, behind=behind, changed=changed, unpushed=unpushed, size=size)
+    return row._replace(
+        ahead=ahead,
+        behind=behind,
+        changed=changed,
+        unpushed=unpushed,
+        stray=stray,
+        ignored=len(kept),
+        size=size,
+    )
+
+
+def _disposable(name: str, disposable: tuple[str, ...]) -> bool:
+    """Whether ignored `name` lies in a folder made again by a build (`node_modules/...`)."""
+    return any(part in disposable for part in name.rstrip("/").split("/"))
 
 
 def listing(
@@ -262,6 +289,8 @@ def listing(
     """Every live worktree of a job, each asked of git in parallel (they are independent)."""
     found = list(jobs_with_worktrees(state) if jobs is None else jobs)
     now = datetime.now(UTC)
+    config = read_config(state.layout.home, state.env)
+    disposable = worktree_config(config.tables, config.path).disposable
     repos = sorted({(job.worktree or {})["repo"] for job in found})
     # concurrent.futures loads logging, threading and traceback: only listings need it, and
     # every submit imports this module
@@ -270,7 +299,12 @@ def listing(
     with ThreadPoolExecutor(max_workers=LIST_THREADS) as pool:
         tips = dict(zip(repos, pool.map(_tips_or_none, repos), strict=True))
         return list(
-            pool.map(lambda j: _row(j, now, tips[(j.worktree or {})["repo"]], sizes=sizes), found)
+            pool.map(
+                lambda j: _row(
+                    j, now, tips[(j.worktree or {})["repo"]], sizes=sizes, disposable=disposable
+                ),
+                found,
+            )
         )
 
 
@@ -312,6 +346,13 @@ def _why_kept(
         reasons.append(f"git could not tell what it holds: {row.problem}")
     if row.changed:
         reasons.append(f"{row.changed} uncommitted or untracked file(s)")
+    if row.ignored:
+        reasons.append(f"{row.ignored} ignored file(s) outside [worktree] disposable")
+    if row.stray:
+        reasons.append(
+            f"{row.stray} commit(s) at its HEAD reachable from no other branch"
+            " nor remote-tracking ref"
+        )
     if row.unpushed:
         reasons.append(
             f"{row.unpushed} commit(s) on {row.branch} reachable neither from its base"
