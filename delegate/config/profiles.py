@@ -538,3 +538,25 @@ def resolve(
     if agent not in known:
         raise UsageError(f"unknown agent {agent!r}; known: {', '.join(sorted(known))}")
     return known[agent]
+
+
+MAX_SUB_JOBS = 8
+
+
+class SubJobRules(NamedTuple):
+    """`[mcp]` of delegate.toml: what an agent's sub-jobs (`job_submit`) may be. `sub_jobs`:
+    "same" (its own profile only, no shell command) or "any"; at most `max_sub_jobs` open at
+    once per parent."""
+
+    sub_jobs: str = "same"
+    max_sub_jobs: int = MAX_SUB_JOBS
+
+
+def sub_job_rules(config: Mapping[str, Any], source: Path) -> SubJobRules:
+    where = f"{source} [mcp]"
+    table = checked_table(config.get("mcp", {}), where, {"sub_jobs", "max_sub_jobs"})
+    kind = _one_of(table, "sub_jobs", "same", ("same", "any"), where)
+    most = table.get("max_sub_jobs", MAX_SUB_JOBS)
+    if isinstance(most, bool) or not isinstance(most, int) or most < 0:
+        raise ConfigError(f"{where}: max_sub_jobs must be a whole number, 0 or more")
+    return SubJobRules(kind, most)
