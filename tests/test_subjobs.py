@@ -8,10 +8,12 @@ from pathlib import Path
 
 import anyio
 
+from delegate.core.model import JobState
 from delegate.services.jobs.publish import publish_event
 from delegate.services.jobs.register import register_job
 from delegate.services.state import State
 
+from .helpers import json_lines, retry_until, run_cli
 from .test_mcp import call, refused, served
 
 HELPER = '[profiles.helper]\ncommand = ["sleep", "30"]\npreamble = false\n'
@@ -72,3 +74,29 @@ def test_at_most_max_sub_jobs_are_open_per_parent(state: State, home: Path, tmux
 
     text = anyio.run(main)
     assert "2 sub-jobs open, the most [mcp] max_sub_jobs allows (2)" in text
+
+
+def test_a_sub_job_is_cancelled_when_its_parent_ends(home: Path, tmux_env, tmp_path: Path):
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "delegate.toml").write_text(HELPER)
+    submitted = run_cli(
+        home, "submit", "--agent", "helper", "--prompt", "-", "--workdir", str(tmp_path),
+        "--no-wait", "--json", env=tmux_env,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    parent = json_lines(submitted.stdout)[0]["job_id"]
+    state = State.open(env={"DELEGATE_HOME": str(home)})
+    retry_until(lambda: state.registry.get(parent).status is JobState.RUNNING, timeout=30)
+
+    async def main() -> str:
+        async with served(home, parent, tmux_env) as session:
+            child = await call(session, "job_submit", prompt="x", agent="helper")
+            return str(child["job_id"])
+
+    child = anyio.run(main)
+    retry_until(lambda: state.registry.get(child).status is JobState.RUNNING, timeout=30)
+    assert run_cli(home, "cancel", parent, env=tmux_env).returncode == 0
+    ended = retry_until(lambda: (j := state.registry.get(child)).status.terminal and j, timeout=30)
+    assert ended.status is JobState.CANCELLED
+    noted = retry_until(lambda: state.audit.read_events(parent, kind="sub_job_cancelled"))
+    assert [n["sub_job"] for n in noted] == [child]

@@ -37,6 +37,7 @@ from delegate.core.timefmt import human_duration, local_time, record_timestamp
 from delegate.services.jobs.submit import (
     SubmitRequest,
     SubmitResult,
+    cancel,
     follow_existing,
     preamble,
     submit,
@@ -248,6 +249,8 @@ def follow_up(state: State, job_id: str) -> Job | None:
     if not job.status.terminal:
         return None  # noted by an ender not yet done (or one that died before the end)
     if job.retried_by or next_attempt(job) is None:
+        if not job.retried_by:  # its work is over for good: its sub-jobs' with it
+            cancel_sub_jobs(state, job)
         state.registry.follow_up_settled(job_id)
         return None
     try:
@@ -260,6 +263,25 @@ def follow_up(state: State, job_id: str) -> Job | None:
         return None
     state.registry.follow_up_settled(job_id)  # made, or (a rate limit too far off) not due
     return made
+
+
+def cancel_sub_jobs(state: State, parent: Job) -> list[str]:
+    """Cancel every open sub-job of `parent` (and theirs, as each is cancelled in turn by
+    whoever follows it), audited on the parent; a sub-job lives no longer than its parent."""
+    cancelled = []
+    for job in state.registry.open_jobs():
+        if job.parent != parent.job_id:
+            continue
+        try:
+            cancel(state, job.job_id)
+        except DelegateError as exc:  # ended meanwhile, or its session out of reach
+            log.warning(
+                "job %s: its sub-job %s was not cancelled: %s", parent.job_id, job.job_id, exc
+            )
+            continue
+        state.audit.append(parent.job_id, "sub_job_cancelled", sub_job=job.job_id)
+        cancelled.append(job.job_id)
+    return cancelled
 
 
 def schedule_next_attempt(state: State, ended: Job, *, rand: float | None = None) -> Job | None:

@@ -8,9 +8,11 @@ A sub-job lives inside its parent; nothing an agent asks for widens what its own
 - its wall deadline is no later than its parent's, and its budget no more than what the parent
   has left (`--max-cost`, `--max-tokens`);
 - it runs its parent's own profile, never a shell command, unless `[mcp] sub_jobs = "any"`;
-- at most `[mcp] max_sub_jobs` (8) of a parent's sub-jobs are open at once.
-Everything else is an ordinary submit. (Not yet: a sub-job is not cancelled when its parent
-ends, and the budget is what was left when it was submitted, not a counter the two share.)
+- at most `[mcp] max_sub_jobs` (8) of a parent's sub-jobs are open at once;
+- it is cancelled when its parent ends for good (retry.cancel_sub_jobs, by whoever follows the
+  parent's end).
+Everything else is an ordinary submit. (Not yet: the budget is what the parent had left when
+the sub-job was submitted, not one counter the two share.)
 """
 
 from __future__ import annotations
