@@ -451,3 +451,23 @@ def test_no_other_page_may_frame_the_dashboard(served: Server):
         assert status in (200, 403)
         assert got["x-frame-options"] == "DENY"
         assert "frame-ancestors 'none'" in got["content-security-policy"]
+
+
+def test_the_report_page_is_never_a_link(home: Path, tmux_env, tmp_path: Path):
+    """`/report` serves the newest regular report file, never one a link stands in for
+    (issue 30: a link to a secret was served)."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the user's own secret\n")
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "zz-latest.html").symlink_to(secret)
+    server = start_server(home, tmux_env, "--report-dir", str(reports))
+    try:
+        cookie = session_cookie(server)
+        status, _, body = request(server, "GET", "/report", headers={"Cookie": cookie})
+        assert status == 404 and b"secret" not in body
+        (reports / "report.html").write_text("<p>the report</p>")
+        status, _, body = request(server, "GET", "/report", headers={"Cookie": cookie})
+        assert status == 200 and body == b"<p>the report</p>"
+    finally:
+        stop_server(server)

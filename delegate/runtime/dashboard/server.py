@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 from collections.abc import AsyncIterator
 from functools import partial
@@ -233,7 +234,13 @@ class Dashboard:
         page = snapshot.latest_report(self.options.report_dir)
         if page is None:
             return PlainTextResponse("no report yet: run `delegate report --format html`\n", 404)
-        return FileResponse(page, media_type="text/html")
+        try:  # O_NOFOLLOW: a link swapped in since it was chosen is not followed
+            fd = os.open(page, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as handle:
+                content = handle.read()
+        except OSError:
+            return PlainTextResponse("the report changed while it was read; ask again\n", 409)
+        return HTMLResponse(content, headers={"cache-control": "no-store"})
 
     async def cancel(self, request: Request) -> Response:
         try:

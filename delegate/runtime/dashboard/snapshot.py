@@ -170,9 +170,10 @@ def hosts(state: State) -> list[dict[str, Any]]:
 
 
 def latest_report(folder: Path) -> Path | None:
-    """The newest HTML report in `folder` (where `delegate report --format html` writes)."""
+    """The newest HTML report in `folder` (where `delegate report --format html` writes): a
+    regular file, never a link (a link there could lead to any file of the user's)."""
     try:
-        pages = [p for p in folder.glob("*.html") if p.is_file()]
+        pages = [p for p in folder.glob("*.html") if not p.is_symlink() and p.is_file()]
     except OSError:
         return None
     return max(pages, key=lambda p: p.stat().st_mtime_ns, default=None)
