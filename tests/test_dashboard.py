@@ -471,3 +471,19 @@ def test_the_report_page_is_never_a_link(home: Path, tmux_env, tmp_path: Path):
         assert status == 200 and body == b"<p>the report</p>"
     finally:
         stop_server(server)
+
+
+def test_two_dashboards_on_one_host_keep_their_own_sessions(home: Path, tmux_env):
+    """A browser keeps cookies by host, not port: each dashboard's cookie is named for its
+    port, so opening a second one does not make the first answer 403 (issue 30)."""
+    first = start_server(home, tmux_env)
+    second = start_server(home, tmux_env)
+    try:
+        one, two = session_cookie(first), session_cookie(second)
+        assert one.split("=")[0] != two.split("=")[0]
+        both = f"{one}; {two}"  # what the browser sends each of them now
+        assert request(first, "GET", "/api/jobs", headers={"Cookie": both})[0] == 200
+        assert request(second, "GET", "/api/jobs", headers={"Cookie": both})[0] == 200
+    finally:
+        stop_server(first)
+        stop_server(second)

@@ -109,7 +109,7 @@ class GuardMiddleware:
             return PlainTextResponse("400 unknown Host header\n", status_code=400)
         if "token" in request.query_params:
             return self._enter(request)
-        if not guard.cookie_ok(request.cookies.get(COOKIE)):
+        if not guard.cookie_ok(request.cookies.get(cookie_name(request))):
             return _forbidden()
         if request.method == "GET":
             return None
@@ -130,9 +130,20 @@ class GuardMiddleware:
         target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(
-            COOKIE, self.guard.session, httponly=True, samesite="strict", secure=self.secure
+            cookie_name(request),
+            self.guard.session,
+            httponly=True,
+            samesite="strict",
+            secure=self.secure,
         )
         return response
+
+
+def cookie_name(request: Request) -> str:
+    """The session cookie of this dashboard: named for its port, since a browser keeps cookies
+    by host, not port (a second dashboard on the same host would overwrite the first's)."""
+    server = request.scope.get("server") or ("", 0)  # the socket's own port, not the Host's
+    return f"{COOKIE}_{server[1]}"
 
 
 def _job_id(request: Request) -> str:
