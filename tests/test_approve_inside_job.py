@@ -8,7 +8,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .helpers import json_lines, retry_until, run_cli
+from .helpers import cli_env, delegate_cmd, json_lines, retry_until, run_cli
+from .pty_run import run_in_pty
 from .test_approvals import _answer, _asking, _waiting
 from .test_monitor import open_state, submit_no_wait
 
@@ -22,6 +23,9 @@ def test_an_agent_cannot_approve_a_request_even_without_its_job_variable(
     asking = submit_no_wait(home, tmux_env, tmp_path, _asking(tmp_path, "asked", long_call))
     (waiting,) = _waiting(home, tmux_env, asking)
     assert waiting["call"] == long_call  # `approvals --json` carries the whole call
+    shown = run_in_pty(delegate_cmd("approvals"), env=cli_env(home, tmux_env), columns=80)
+    folded = "".join(line.strip() for line in shown.output.splitlines())
+    assert "z" * 300 in folded and "…" not in shown.output  # and a person reads it whole
     script = "\n".join(
         [
             f"{DELEGATE} approve {asking} --remember 2> {tmp_path}/err1; echo $? > {tmp_path}/rc1",

@@ -26,11 +26,14 @@ GAP = 2  # spaces between columns
 
 
 class Column(NamedTuple):
-    """A column: its header, and whether its cells are free text that may be shortened."""
+    """A column: its header, whether its cells are free text that may be made narrower, and
+    whether a narrowed cell is folded onto more lines (`wrap`: what a person must read whole,
+    such as the call a permission request asks for) rather than cut with `…`."""
 
     header: str
     free: bool = False
     align: str = "left"
+    wrap: bool = False
 
 
 def fit_widths(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int]:
@@ -95,8 +98,8 @@ def print_table(
         table.add_column(
             col.header,
             width=w,
-            no_wrap=True,
-            overflow="ellipsis",
+            no_wrap=not col.wrap,
+            overflow="fold" if col.wrap else "ellipsis",
             justify=col.align,  # type: ignore[arg-type]
         )
     for row in cells:

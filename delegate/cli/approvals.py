@@ -70,7 +70,7 @@ def approvals(as_json: JsonOpt = False) -> int:
         Column("JOB"),
         Column("REQUEST"),
         Column("TOOL"),
-        Column("ASKS", free=True),
+        Column("ASKS", free=True, wrap=True),  # the whole call, never cut
         "LEFT",
     ]
     print_listing(
@@ -81,7 +81,7 @@ def approvals(as_json: JsonOpt = False) -> int:
             *([r.host or "-"] if on_hosts else []),
             r.request_id,
             r.tool,
-            r.summary,
+            r.call or r.summary,
             human_duration(r.deadline - now),
         ],
         as_json=as_json,
