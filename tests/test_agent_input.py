@@ -58,3 +58,25 @@ def test_the_record_refuses_and_audits_an_id_that_reads_as_a_flag(state):
     assert state.registry.get(job.job_id).conversation_id is None
     (refused,) = state.audit.read_events(job.job_id, kind="conversation_refused")
     assert refused["given"] == "--dangerously-bypass-approvals-and-sandbox"
+
+
+def test_an_agent_cannot_declare_an_ending_only_the_wrapper_reports(home, tmux_env, tmp_path):
+    """`rate_limited: ...` (a fresh attempt at the reset, with a fresh budget), `tmux_gone:`
+    (a requeue) and `budget_exceeded:` come from what the wrapper saw, never from an agent's
+    own `delegate publish` (issue 30, item 2): refused in one line, nothing recorded."""
+    lines = []
+    for n, detail in enumerate(
+        ["rate_limited: resets at 2030-01-01T00:00:00Z", "tmux_gone: gone", "budget_exceeded: x"]
+    ):
+        lines.append(
+            f"{DELEGATE} publish --event error --detail '{detail}' 2> err{n}; echo $? > rc{n}"
+        )
+    job_id = submit_no_wait(home, tmux_env, tmp_path, "\n".join(lines), "--on-interrupt", "requeue")
+    state = open_state(home)
+    retry_until(lambda: state.registry.get(job_id).status.terminal, timeout=30)
+    for n in range(3):
+        assert (tmp_path / f"rc{n}").read_text().strip() == "64"
+        said = (tmp_path / f"err{n}").read_text().strip().splitlines()
+        assert len(said) == 1 and "the wrapper's to report" in said[0], said
+    job = state.registry.get(job_id)
+    assert job.status is JobState.COMPLETED and job.retried_by is None  # its own exit status

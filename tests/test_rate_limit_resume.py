@@ -10,8 +10,9 @@ it, by the one who was left, with `--resume <conversation>` in its argv.
 
 The agent is a shell stand-in, not a real CLI (none is installed here, and no real CLI can be
 told to run out of its limit on cue): it records its argv in `runs`, names its conversation
-through `delegate hook` as Claude Code's SessionStart hook does, and reports the limit through
-`delegate publish` with a reset 1 to 2 s away; run with `--resume ID` it finishes. The profile
+through `delegate hook` as Claude Code's SessionStart hook does, and says it is out of its limit
+on the claude-stream channel (a `result` line, the reset 1 to 2 s away: only what the wrapper
+reads there may end a job `rate_limited`); run with `--resume ID` it finishes. The profile
 that runs it has a `resume` command, as the claude and codex profiles do. A second stand-in
 speaks `codex exec --json` (the codex-json channel) for the thread's running token totals.
 """
@@ -59,12 +60,12 @@ STAND_IN = textwrap.dedent("""\
     echo '{"hook_event_name": "SessionStart", "source": "startup", "session_id": "CONVERSATION"}' \\
         | delegate hook
     if [ "$1" = "--resume" ]; then
-        delegate publish --event completed --detail "resumed $2"
+        echo '{"type": "result", "subtype": "success", "result": "resumed '"$2"'"}'
         exit 0
     fi
     if [ -p gate ]; then read -r _ < gate; fi  # held until the test lets it go on
-    reset=$(date -u -d "@$(( $(date +%s) + 2 ))" +%Y-%m-%dT%H:%M:%SZ)
-    delegate publish --event error --detail "rate_limited: resets at $reset"
+    reset=$(( $(date +%s) + 2 ))
+    echo '{"type": "result", "is_error": true, "result": "Claude AI usage limit reached|'"$reset"'"}'
 """)
 
 
@@ -85,6 +86,7 @@ def _set_up(home: Path, tmp_path: Path, *, gate: bool = False) -> Path:
         resume = ["sh", "{script}", "--resume", "{{conversation_id}}"]
         prompt = "stdin"
         preamble = false
+        channel = "claude-stream"
         """)
     )
     return work

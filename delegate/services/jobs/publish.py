@@ -12,7 +12,13 @@ from delegate.config.logsetup import get_logger
 from delegate.config.settings import JOB_ENV, settings
 from delegate.core import channels, fastjson
 from delegate.core.errors import BusError, DelegateError, PublishRefused, UsageError
-from delegate.core.model import EVENT_TARGET_STATE, EventType, Job, validate_job_id
+from delegate.core.model import (
+    EVENT_TARGET_STATE,
+    WRAPPER_REASONS,
+    EventType,
+    Job,
+    validate_job_id,
+)
 from delegate.core.protocol import (
     MAX_MESSAGE_BYTES,
     build_envelope,
@@ -176,6 +182,9 @@ def _kept_bus(state: State, job: Job, url: str, kept: dict[str, Bus]) -> Bus:
     return found
 
 
+WRAPPER_PREFIXES = tuple(f"{reason}:" for reason in WRAPPER_REASONS)
+
+
 def publish_receipt(
     state: State,
     *,
@@ -185,7 +194,17 @@ def publish_receipt(
     data: str | None = None,
     kept: dict[str, Bus] | None = None,
 ) -> dict[str, object]:
-    """The one publish step every path shares: resolve the job, parse --data, publish."""
+    """The one publish step every path shares: resolve the job, parse --data, publish.
+
+    An ending only the wrapper reports (`rate_limited: ...`, `budget_exceeded: ...`,
+    `tmux_gone: ...`, read from what it saw) is refused here: an agent that could declare one
+    would grant itself a fresh attempt, with a fresh budget, whenever it liked."""
+    if event == EventType.ERROR.value and detail.startswith(WRAPPER_PREFIXES):
+        reason = detail.split(":", 1)[0]
+        raise UsageError(
+            f"an `error` saying `{reason}: ...` is the wrapper's to report, from what it saw;"
+            " report a plain error"
+        )
     job_id = resolve_job_id(job, settings().env)
     envelope = publish_event(state, job_id, event, detail=detail, data=parse_data(data), kept=kept)
     return {"job_id": job_id, "seq": envelope["seq"], "event": envelope["event"]}
