@@ -95,7 +95,7 @@ class ReportServer:
         conn.settimeout(REQUEST_TIMEOUT_S)
         try:
             request = _read_request(conn)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # `[[[...`: past the parser
             _send(conn, {"ok": False, "message": f"bad request: {exc}", "exit_code": 64})
             return True
         if request.get("stop") is True:
