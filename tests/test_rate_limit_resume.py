@@ -64,8 +64,8 @@ STAND_IN = textwrap.dedent("""\
         exit 0
     fi
     if [ -p gate ]; then read -r _ < gate; fi  # held until the test lets it go on
-    reset=$(( $(date +%s) + 2 ))
-    echo '{"type": "result", "is_error": true, "result": "Claude AI usage limit reached|'"$reset"'"}'
+    said="Claude AI usage limit reached|$(( $(date +%s) + 2 ))"
+    echo '{"type": "result", "is_error": true, "result": "'"$said"'"}'
 """)
 
 
