@@ -89,3 +89,28 @@ def test_any_text_is_decided_or_left_to_a_person_never_an_error(command: str):
     assert decided is None or decided.behavior in ("allow", "deny")
     if decided is not None and decided.behavior == "allow":
         assert "rm -rf" not in " ".join(command.split())  # an allow never hides a deny's words
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=40),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=JSON, tool_input=JSON)
+def test_what_a_hook_payload_names_never_passes_a_call_without_asking(name, tool_input):
+    """The PreToolUse payload is the agent's word: its tool name enters through `tool_name`, and
+    with no rule and no setting of Claude's, only a read-only tool is left to Claude; no input
+    of any shape is allowed by rules that allow nothing, nor makes a rule raise."""
+    from delegate.core.approvals import READ_ONLY_TOOLS, claude_settles, tool_name
+
+    tool = tool_name(name)
+    assert isinstance(tool, str) and 0 < len(tool) <= 128
+    assert claude_settles(tool, None, ()) == (tool in READ_ONLY_TOOLS)
+    assert decide_by_rule(ApprovalSettings(), tool, tool_input) is None
+    denied = decide_by_rule(ApprovalSettings(rules=(Rule("*", "deny"),)), tool, tool_input)
+    assert denied is None or denied.behavior == "deny"

@@ -345,20 +345,23 @@ def test_codex_failures_end_the_job_in_codex_words_within_its_timeouts(
 # -- 5. usage limit, quota ------------------------------------------------------------------------
 
 
-def test_codex_usage_limit_ends_the_attempt_rate_limited_and_the_next_resumes_the_thread(
-    home: Path, tmux_env, tmp_path: Path, openai_server: OpenAIServer
-):
-    # the agent's zone is the job's TZ (Kolkata: codex names "9:05 AM" for 03:35Z)
+def _in_kolkata(
+    home: Path, tmux_env: dict[str, str], tmp_path: Path, server: OpenAIServer
+) -> tuple[dict[str, str], Path]:
+    """A codex job's environment in the agent's zone Asia/Kolkata (codex names "9:05 AM" for
+    03:35Z), a short resume jitter, and its working folder."""
     env = codex_env(
-        home,
-        tmux_env,
-        tmp_path,
-        openai_server,
-        TZ="Asia/Kolkata",
-        DELEGATE_RATE_LIMIT_JITTER_S="0.5",
+        home, tmux_env, tmp_path, server, TZ="Asia/Kolkata", DELEGATE_RATE_LIMIT_JITTER_S="0.5"
     )
     work = tmp_path / "work"
     work.mkdir()
+    return env, work
+
+
+def test_codex_usage_limit_ends_the_attempt_rate_limited_and_the_next_resumes_the_thread(
+    home: Path, tmux_env, tmp_path: Path, openai_server: OpenAIServer
+):
+    env, work = _in_kolkata(home, tmux_env, tmp_path, openai_server)
     # a minute ago: codex still names it ("try again at 3:39 AM"), and its end has passed, so
     # the next attempt is due at once (the wait itself: the test below)
     resets_at = int(time.time()) - 61
@@ -418,22 +421,13 @@ def test_codex_usage_limit_attempt_waits_for_the_reset(
 def test_codex_usage_limit_is_read_in_the_agents_zone_not_the_tmux_servers(
     home: Path, tmux_env, tmp_path: Path, openai_server: OpenAIServer
 ):
-    env = codex_env(
-        home,
-        tmux_env,
-        tmp_path,
-        openai_server,
-        TZ="Asia/Kolkata",
-        DELEGATE_RATE_LIMIT_JITTER_S="0.5",
-    )
+    env, work = _in_kolkata(home, tmux_env, tmp_path, openai_server)
     # the tmux server was started earlier, by someone in another zone
     subprocess.run(
         ["tmux", "-L", tmux_env["DELEGATE_TMUX_SOCKET"], "-f", "/dev/null", "new-session", "-d"],
         env={**os.environ, "TZ": "UTC"},
         check=True,
     )
-    work = tmp_path / "work"
-    work.mkdir()
     resets_at = int(time.time()) + 3
     job_id = _limited(home, env, work, openai_server, resets_at)
     ended = retry_until(lambda: shown(home, env, job_id)["error"], timeout=30)

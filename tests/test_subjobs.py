@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from delegate.core.model import JobState
 from delegate.services.jobs.publish import publish_event
@@ -100,3 +102,31 @@ def test_a_sub_job_is_cancelled_when_its_parent_ends(home: Path, tmux_env, tmp_p
     assert ended.status is JobState.CANCELLED
     noted = retry_until(lambda: state.audit.read_events(parent, kind="sub_job_cancelled"))
     assert [n["sub_job"] for n in noted] == [child]
+
+
+PATH_PARTS = st.sampled_from(["..", ".", "sub", "a", "/", "/etc", "~", "sub/..", "x/../.."])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(PATH_PARTS, min_size=1, max_size=6))
+def test_a_sub_jobs_folder_never_resolves_outside_its_parents(parts: list[str]):
+    """`job_submit`'s workdir is the agent's word: whatever it joins, the folder the sub-job
+    gets is its parent's or one below it, or the request is refused."""
+    import tempfile
+
+    from delegate.core.errors import UsageError
+    from delegate.core.model import Job
+    from delegate.services.jobs.subjob import _workdir_inside
+
+    with tempfile.TemporaryDirectory() as folder:
+        home = Path(folder) / "work"
+        (home / "sub").mkdir(parents=True)
+        (home / "a").symlink_to("/etc")  # a link out of the folder counts as out
+        parent = Job("0123abcd", JobState.RUNNING, "t", "t", "token", workdir=str(home))
+        asked = Path("/".join(parts))
+        try:
+            got = _workdir_inside(parent, asked)
+        except UsageError:
+            return
+        root = home.resolve()
+        assert got is not None and (got == root or root in got.parents), (asked, got)

@@ -239,6 +239,18 @@ EDIT_TOOLS = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
 MODES_CLAUDE_SETTLES = ("bypassPermissions", "dontAsk")
 
 
+TOOL_NAME_MAX = 128
+UNNAMED = "a tool"
+
+
+def tool_name(value: object) -> str:
+    """The tool a hook payload names (the agent's word): printable and bounded, else
+    UNNAMED, which no rule written for a real tool and no read-only list matches."""
+    if isinstance(value, str) and 0 < len(value) <= TOOL_NAME_MAX and value.isprintable():
+        return value
+    return UNNAMED
+
+
 def claude_settles(tool: str, mode: str | None, allowed_tools: Sequence[str]) -> bool:
     """Whether Claude Code runs `tool` without asking under its permission `mode` and
     `allowed_tools`, so our PreToolUse hook leaves the call to it. An `allowed_tools` entry

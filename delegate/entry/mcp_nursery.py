@@ -40,7 +40,7 @@ from delegate.config import logsetup
 from delegate.config.settings import become, mcp_warm_s, settings
 from delegate.core.errors import guarded
 from delegate.entry import mcp_zygote
-from delegate.runtime.publish_server import loaded_code
+from delegate.runtime.publish_server import loaded_code, socket_and_lock
 
 log = logsetup.get_logger(__name__)
 USAGE = "usage: python -P -m delegate.entry.mcp_nursery SOCKET LOCK_FD"
@@ -147,12 +147,10 @@ class Nursery:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or not argv[1].isdigit():
-        print(USAGE, file=sys.stderr)
+    given = socket_and_lock(argv, USAGE)  # and in `/`: each zygote gets its agent's folder
+    if given is None:
         return 64
-    path, lock = argv[0], int(argv[1])
-    os.chdir("/")  # nobody's folder: each zygote gets its agent's
+    path, lock = given
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps what it forked
 
     def serve() -> int:

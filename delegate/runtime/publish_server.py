@@ -95,13 +95,22 @@ def loaded_code() -> dict[str, int]:
     return code
 
 
-def main(argv: list[str] | None = None) -> int:
+def socket_and_lock(argv: list[str] | None, usage: str) -> tuple[str, int] | None:
+    """A state dir's warm server's arguments, SOCKET and LOCK_FD (its starter holds the lock
+    on that descriptor and hands it down); None, having printed `usage`, when they are not."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or not argv[1].isdigit():
-        print(USAGE, file=sys.stderr)
-        return 64
-    path, lock = argv[0], int(argv[1])
+        print(usage, file=sys.stderr)
+        return None
     os.chdir("/")  # nobody's folder: a worktree it started in can be cleaned
+    return argv[0], int(argv[1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    given = socket_and_lock(argv, USAGE)
+    if given is None:
+        return 64
+    path, lock = given
 
     def serve() -> int:
         state = State.open()

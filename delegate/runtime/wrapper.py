@@ -50,6 +50,7 @@ from delegate.core.approvals import (
     call_shape,
     claude_settles,
     hook_answer,
+    tool_name,
 )
 from delegate.core.channels import parser_for
 from delegate.core.errors import BusError, DelegateError, PublishRefused, guarded, say
@@ -371,7 +372,7 @@ def _permission(
     decides that Claude's own settings let run without asking (a read-only tool,
     `allowed_tools`, its permission mode) is left to Claude: the answer holds no hook output,
     and Claude goes on as it would without the hook."""
-    tool = str(request.get("tool_name") or "a tool")
+    tool = tool_name(request.get("tool_name"))  # the agent's word: bounded where it enters
     hook = PRE_TOOL_USE if request.get("hook") == PRE_TOOL_USE else PERMISSION_REQUEST
     allowed = permission.get("allowed_tools") or ()
 

@@ -25,12 +25,9 @@ from typing import Any
 
 from .script import (
     Dialect,
-    Drop,
-    HttpError,
     Reply,
     Request,
     ScriptedServer,
-    Stall,
     Text,
     ToolCall,
     Turn,
@@ -102,20 +99,21 @@ class AnthropicDialect(Dialect):
             )
         return Reply(404, body=_error(404, f"no route {request.route} (scripted server)"))
 
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        return _error(status, message)
+
+    def usage_limit(self, turn: UsageLimit) -> Reply:
+        return _usage_limit(turn)
+
+    def text_events(self, turn: Text, model: str) -> list[Event]:
+        return _events(turn, model)
+
     def reply(self, turn: Turn, request: Request, number: int) -> Reply:
         body = request.body if isinstance(request.body, dict) else {}
         model = str(body.get("model", "claude"))
-        if isinstance(turn, HttpError):
-            error = turn.body if turn.body is not None else _error(turn.status, turn.message)
-            return Reply(turn.status, body=error, headers=turn.headers)
-        if isinstance(turn, UsageLimit):
-            return _usage_limit(turn)
-        if isinstance(turn, Stall):
-            return Reply(200, stall=turn.seconds)
-        if isinstance(turn, Drop):
-            return Reply(
-                200, events=_events(Text(turn.text, pieces=3), model), cut_after=turn.after
-            )
+        failed = self.failure(turn, model)
+        if failed is not None:
+            return failed
         if isinstance(turn, Text | ToolCall):
             if not body.get("stream"):
                 return Reply(200, body=_message(turn, model))

@@ -223,6 +223,33 @@ class Dialect:
     def reply(self, turn: Turn, request: Request, number: int) -> Reply:  # pragma: no cover
         raise NotImplementedError
 
+    # What each dialect renders its own way, for the turns that go wrong (`failure`).
+    def error_body(self, status: int, message: str) -> dict[str, Any]:  # pragma: no cover
+        raise NotImplementedError
+
+    def usage_limit(self, turn: UsageLimit) -> Reply:  # pragma: no cover
+        raise NotImplementedError
+
+    def text_events(self, turn: Text, model: str) -> list[tuple[str, Mapping[str, Any]]]:
+        raise NotImplementedError  # pragma: no cover
+
+    def failure(self, turn: Turn, model: str) -> Reply | None:
+        """The reply to a turn that goes wrong (an HTTP error, a usage limit, a stalled or
+        dropped stream), the same shape in every dialect; None for the others."""
+        if isinstance(turn, HttpError):
+            body = (
+                turn.body if turn.body is not None else self.error_body(turn.status, turn.message)
+            )
+            return Reply(turn.status, body=body, headers=turn.headers)
+        if isinstance(turn, UsageLimit):
+            return self.usage_limit(turn)
+        if isinstance(turn, Stall):
+            return Reply(200, stall=turn.seconds)
+        if isinstance(turn, Drop):
+            events = self.text_events(Text(turn.text, pieces=3), model)
+            return Reply(200, events=events, cut_after=turn.after)
+        return None
+
 
 def split_text(value: str, pieces: int) -> list[str]:
     """`value` in `pieces` non-empty parts (fewer when it is shorter), joined back unchanged."""
