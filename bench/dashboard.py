@@ -74,9 +74,8 @@ def _first_paints(browser, url: str, rows: int, runs: int) -> list[float]:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         started = time.perf_counter()
         page.goto(url)
-        page.wait_for_function(
-            f"document.querySelectorAll('#jobs tbody tr').length >= {rows}", timeout=60_000
-        )
+        # a selector, not a polled predicate: the page's policy allows no eval
+        page.wait_for_selector(f"#jobs tbody tr:nth-child({rows})", timeout=60_000)
         times.append(time.perf_counter() - started)
         page.close()
     return times
@@ -218,9 +217,7 @@ def main() -> None:
                 paints = _first_paints(browser, url, args.open, args.paints)
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 page.goto(url)
-                page.wait_for_function(
-                    f"document.querySelectorAll('#jobs tbody tr').length >= {args.open}"
-                )
+                page.wait_for_selector(f"#jobs tbody tr:nth-child({args.open})")
                 latencies = _latencies(page, state, live, args.events)
                 flood = memory = None
                 if args.rate_seconds:

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from delegate.core.channels import conversation_id
@@ -80,3 +80,64 @@ def test_an_agent_cannot_declare_an_ending_only_the_wrapper_reports(home, tmux_e
         assert len(said) == 1 and "the wrapper's to report" in said[0], said
     job = state.registry.get(job_id)
     assert job.status is JobState.COMPLETED and job.retried_by is None  # its own exit status
+
+
+# -- usage figures: what an agent says it spent ----------------------------------------------------
+
+FIGURE = (
+    st.integers(min_value=-(10**15), max_value=10**15)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.booleans()
+    | st.none()
+    | st.text(max_size=8)
+)
+USAGE = st.dictionaries(
+    st.sampled_from(
+        ["input_tokens", "output_tokens", "cache_read_input_tokens", "cached_input_tokens",
+         "cache_creation_input_tokens", "reasoning_output_tokens", "total_tokens"]
+    ),
+    FIGURE,
+    max_size=7,
+)  # fmt: skip
+CLAUDE_LINE = st.fixed_dictionaries(
+    {"type": st.just("assistant"), "message": st.fixed_dictionaries(
+        {"id": st.sampled_from(["m1", "m2", "m3"]), "usage": USAGE | FIGURE})}
+) | st.fixed_dictionaries(
+    {"type": st.just("result"), "subtype": st.just("success"), "total_cost_usd": FIGURE,
+     "usage": USAGE | FIGURE}
+)  # fmt: skip
+CODEX_LINE = st.fixed_dictionaries({"type": st.just("turn.completed"), "usage": USAGE | FIGURE})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    channel=st.sampled_from(["claude-stream", "codex-json"]),
+    lines=st.data(),
+)
+def test_what_an_agent_says_it_spent_never_lowers_what_its_budget_counts(channel, lines):
+    """Whatever usage and cost lines an agent's stream holds (negative, NaN, infinite, huge,
+    not numbers), each figure that reaches the budget is a count from 0 to MAX_TOKENS and a
+    cost a finite number of dollars, 0 or more: what is counted only ever grows."""
+    import math
+
+    from delegate.core.budget import Spent, add_usage, with_reported_cost
+    from delegate.core.channels import MAX_TOKENS, parser_for
+
+    parser = parser_for(channel)
+    assert parser is not None
+    strategy = CLAUDE_LINE if channel == "claude-stream" else CODEX_LINE
+    spent = Spent()
+    for line in lines.draw(st.lists(strategy, max_size=6)):
+        raw = json.dumps(line, allow_nan=True).encode() + b"\n"
+        for item in parser.feed(raw):
+            if item.usage is not None:
+                for value in item.usage.values():
+                    assert isinstance(value, int) and 0 <= value <= MAX_TOKENS
+                after = add_usage(spent, item.usage, None, {})
+                assert after.tokens >= spent.tokens
+                spent = after
+            cost = item.data.get("cost_usd")
+            if cost is not None:
+                assert isinstance(cost, float) and math.isfinite(cost) and cost >= 0
+            reported = with_reported_cost(spent, cost)
+            assert math.isfinite(reported.cost_usd) and reported.cost_usd >= 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -58,7 +59,7 @@ def start_server(home: Path, env: dict[str, str], *args: str) -> Server:
     )
     assert proc.stdout is not None
     url = proc.stdout.readline().strip()
-    assert url.startswith("http://127.0.0.1:"), (url, proc.poll())
+    assert url.startswith(("http://127.0.0.1:", "http://0.0.0.0:")), (url, proc.poll())
     parts = urlsplit(url)
     assert parts.port is not None
     return Server(proc, url, parts.port, parts.query.removeprefix("token="))
@@ -138,7 +139,7 @@ def test_the_page_shows_jobs_live_and_cancels_one(
             page.on("dialog", lambda dialog: dialog.accept())
             page.goto(server.url)
             assert page.url == f"http://127.0.0.1:{server.port}/"  # the token left the URL
-            page.wait_for_function("document.querySelectorAll('#jobs tbody tr').length === 50")
+            page.wait_for_selector("#jobs tbody tr:nth-child(50)")
             shown = set(
                 page.eval_on_selector_all("#jobs tbody tr", "r => r.map(x => x.dataset.job)")
             )
@@ -202,6 +203,9 @@ def said(page) -> str:
     return page.inner_text("#detail-said")
 
 
+LONG_CALL = "git push origin main; echo " + "x" * 220 + "; rm -rf ./build-tail"
+
+
 @pytest.mark.timeout(180)
 def test_detail_approves_denies_retries_and_shows_a_worktree_diff(
     home: Path, tmux_env: dict[str, str], tmp_path: Path
@@ -214,7 +218,7 @@ def test_detail_approves_denies_retries_and_shows_a_worktree_diff(
     # through the real `delegate hook` and its wrapper waits for a person
     repo = make_repo(tmp_path / "repo")
     script = "printf '%s\\n' '<b>from-the-agent</b>' > notes.txt\n"
-    script += _asking(tmp_path, "asked", "git push", 2)
+    script += _asking(tmp_path, "asked", LONG_CALL, 2)
     asker = submit_in_worktree(home, tmux_env, repo, script)
     # and a job that ended (failed), to be retried
     plain = tmp_path / "plain"
@@ -247,10 +251,13 @@ def test_detail_approves_denies_retries_and_shows_a_worktree_diff(
                 "dialog",
                 lambda d: d.accept("not today") if d.type == "prompt" else d.accept(),
             )
+            blocked: list[str] = []  # what the page's policy refused (nothing may be)
+            page.on("console", lambda m: blocked.append(m.text) if "Policy" in m.text else None)
             page.goto(server.url)
             page.click(f'#jobs tr[data-job="{asker}"] td.id')
             page.wait_for_selector(f'#requests li[data-request="{first}"]')
-            assert "Bash: git push" in page.inner_text("#requests")
+            # the whole call, past the 200 characters of its summary: never cut
+            assert f"Bash: {LONG_CALL}" in page.inner_text("#requests")
             # the worktree's diff: the --stat summary and the patch
             page.wait_for_selector("#diff:not([hidden])")
             assert "notes.txt" in page.inner_text("#diff-stat")
@@ -268,18 +275,16 @@ def test_detail_approves_denies_retries_and_shows_a_worktree_diff(
 
             # Approve releases the request: the hook answers allow
             page.click(f'#requests li[data-request="{first}"] button[data-action="approve"]')
-            page.wait_for_function("document.querySelector('#detail-said').textContent")
-            assert said(page) == "allowed: Bash git push"
+            page.wait_for_selector("#detail-said:not(:empty)")
+            assert said(page).startswith("allowed: Bash git push origin")
             assert _answer(tmp_path, "asked", 0) == {"behavior": "allow"}
             # the second request: Deny, with the reason typed into the prompt
             [second] = retry_until(lambda: [r for r in asked_ids(state, asker) if r != first])
             page.click(f'#jobs tr[data-job="{asker}"] td.id')
             page.wait_for_selector(f'#requests li[data-request="{second}"]')
             page.click(f'#requests li[data-request="{second}"] button[data-action="deny"]')
-            page.wait_for_function(
-                "document.querySelector('#detail-said').textContent !== 'allowed: Bash git push'"
-            )
-            assert said(page) == "denied: Bash git push"
+            page.wait_for_selector("#detail-said:text-matches('^denied')")
+            assert said(page).startswith("denied: Bash git push origin")
             retry_until(lambda: state.registry.get(asker).status.terminal, timeout=30)
             assert _answer(tmp_path, "asked", 1) == {"behavior": "deny", "message": "not today"}
             made = state.audit.read_events(asker, kind="permission_decided")
@@ -292,9 +297,7 @@ def test_detail_approves_denies_retries_and_shows_a_worktree_diff(
             page.click(f'#jobs tr[data-job="{ended}"] td.id')
             page.wait_for_selector(f'#detail[data-job="{ended}"]')
             page.click('#detail-actions button[data-action="retry"]')
-            page.wait_for_function(
-                "document.querySelector('#detail-said').textContent.startsWith('attempt')"
-            )
+            page.wait_for_selector("#detail-said:text-matches('^attempt')")
             again = state.registry.get(ended).retried_by
             assert again and said(page) == f"attempt 2 started as job {again}"
             attempt = state.registry.get(again)
@@ -306,6 +309,7 @@ def test_detail_approves_denies_retries_and_shows_a_worktree_diff(
             shot = tmp_path / "dashboard-retried-800px.png"
             page.screenshot(path=str(shot))
             save_artifact(shot)
+            assert not blocked, blocked
             browser.close()
     finally:
         _out, err = stop_server(server)
@@ -453,6 +457,50 @@ def test_no_other_page_may_frame_the_dashboard(served: Server):
         assert "frame-ancestors 'none'" in got["content-security-policy"]
 
 
+def test_the_page_runs_no_inline_script(served: Server):
+    """A strict policy (issue 30): script only from the dashboard's own file, never inline, so
+    text an agent wrote (a detail, a call) can never run as script; the page has none inline
+    (the table it carries is a JSON data block, never run)."""
+    cookie = session_cookie(served)
+    status, got, body = request(served, "GET", "/", headers={"Cookie": cookie})
+    assert status == 200
+    policy = dict(p.strip().split(" ", 1) for p in got["content-security-policy"].split(";"))
+    assert policy["script-src"] == "'self'" and policy["default-src"] == "'none'"
+    assert "unsafe" not in got["content-security-policy"]
+    page = body.decode()
+    scripts = re.findall(r"<script([^>]*)>(.*?)</script>", page, flags=re.S)
+    assert scripts
+    for attributes, text in scripts:
+        assert 'src="/static/' in attributes or 'type="application/json"' in attributes
+        assert "src=" not in attributes or not text.strip()
+    [src] = re.findall(r'<script src="([^"]+)"', page)
+    status, got, body = request(served, "GET", src, headers={"Cookie": cookie})
+    assert status == 200 and b"EventSource" in body
+    assert "immutable" in got["cache-control"]  # its URL names its content: fetched once
+
+
+def test_a_dashboard_on_every_interface_answers_a_request_by_ip(home: Path, tmux_env):
+    """Bound to 0.0.0.0, a request naming the address it came in on is served (issue 30: it
+    was refused as an unknown Host); a name, or an address it did not come in on, still is
+    not (DNS rebinding)."""
+    server = start_server(home, tmux_env, "--bind", "0.0.0.0", "--insecure")
+    try:
+
+        def asks(host: str, via: str = "127.0.0.2") -> int:
+            conn = http.client.HTTPConnection(via, server.port, timeout=10)
+            try:
+                conn.request("GET", f"/?token={server.token}", headers={"Host": host})
+                return conn.getresponse().status
+            finally:
+                conn.close()
+
+        assert asks(f"127.0.0.2:{server.port}") == 303  # its token taken: on to the page
+        assert asks(f"evil.example:{server.port}") == 400
+        assert asks(f"127.0.0.3:{server.port}") == 400
+    finally:
+        stop_server(server)
+
+
 def test_the_report_page_is_never_a_link(home: Path, tmux_env, tmp_path: Path):
     """`/report` serves the newest regular report file, never one a link stands in for
     (issue 30: a link to a secret was served)."""
@@ -467,8 +515,10 @@ def test_the_report_page_is_never_a_link(home: Path, tmux_env, tmp_path: Path):
         status, _, body = request(server, "GET", "/report", headers={"Cookie": cookie})
         assert status == 404 and b"secret" not in body
         (reports / "report.html").write_text("<p>the report</p>")
-        status, _, body = request(server, "GET", "/report", headers={"Cookie": cookie})
+        status, got, body = request(server, "GET", "/report", headers={"Cookie": cookie})
         assert status == 200 and body == b"<p>the report</p>"
+        policy = got["content-security-policy"]  # its style and charts; never a script
+        assert "sandbox" in policy and "script-src" not in policy and "default-src 'none'" in policy
     finally:
         stop_server(server)
 

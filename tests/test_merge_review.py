@@ -198,7 +198,7 @@ def _review_with_claude(home: Path, tmux_env, tmp_path: Path, server: AnthropicS
     assert follow.follow_up_of == job_id and follow.status.value == "completed"
     assert follow.workdir == job.workdir and follow.worktree["path"] == job.worktree["path"]
     argv = follow.launch["argv"]
-    assert argv[argv.index("--resume") + 1] == job.conversation_id
+    assert f"--resume={job.conversation_id}" in argv
     # claude ran in the same worktree (its init line says where) and was sent the earlier turns
     log = (home / "logs" / new_id / "agent.log").read_text()
     (init,) = [json.loads(x) for x in log.splitlines() if '"subtype":"init"' in x]

@@ -46,7 +46,7 @@ def test_a_table_without_command_extends_the_builtin_claude(tmp_path: Path):
     assert argv[:-2] == _argv(BUILTIN["claude"], settings_file=Path("/s.json"))
     assert argv[-2:] == ["--permission-mode=acceptEdits", "--allowedTools=Bash,mcp__github"]
     resumed = _argv(claude, conversation_id="abc-123")
-    assert resumed[:4] == ["claude", "-p", "--resume", "abc-123"]
+    assert resumed[:3] == ["claude", "-p", "--resume=abc-123"]
     assert resumed[-1] == "--allowedTools=Bash,mcp__github"
 
 
@@ -61,7 +61,7 @@ def test_the_builtin_codex_can_write_and_never_waits_forever():
     assert "--skip-git-repo-check" in argv
     assert "--skip-git-repo-check" not in _argv(codex, in_repository=True)
     resumed = _argv(codex, conversation_id="7f0c", in_repository=False)
-    assert resumed[:2] == ["codex", "exec"] and resumed[-3:] == ["resume", "7f0c", "-"]
+    assert resumed[:2] == ["codex", "exec"] and resumed[-4:] == ["resume", "--", "7f0c", "-"]
     assert '-c sandbox_mode="workspace-write"' in " ".join(resumed)
 
 

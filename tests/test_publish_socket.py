@@ -162,3 +162,57 @@ def test_the_warm_mcp_socket_never_goes_through_a_planted_link(tmp_path: Path, m
         assert found is not None and found.startswith(str(temp))
     finally:
         shutil.rmtree(temp, ignore_errors=True)
+
+
+IMPOSTOR = """
+import os, socket, sys
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(sys.argv[1])
+os.chmod(sys.argv[1], 0o777)
+listener.listen()
+print("listening", flush=True)
+while True:
+    conn, _ = listener.accept()
+    conn.recv(65536)
+    conn.sendall(b'{"ok": true, "receipt": {"seq": 1}}')
+    conn.close()
+"""
+
+
+def test_a_client_never_talks_to_another_users_server(tmp_path: Path):
+    """A socket another user planted where a client looks (a shared temp folder, issue 30)
+    gets nothing of it: no request, no descriptor; the publish client falls back to publishing
+    itself (None), the MCP nursery is not asked. Its own user's and root's servers are used."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    from delegate.adapters.mcp_handover import ask_nursery
+    from delegate.adapters.publish_socket import exchange, trusted_server
+
+    assert trusted_server(os.getuid()) and trusted_server(0)
+    if os.getuid() != 0:
+        return  # another user's server needs root to start here
+    shared = Path(tempfile.mkdtemp(prefix="delegate-shared-"))
+    shared.chmod(0o777)
+    path = shared / "planted.sock"
+    impostor = subprocess.Popen(
+        [shutil.which("python3", path="/usr/bin:/bin") or "python3", "-c", IMPOSTOR, str(path)],
+        user=65534, group=65534, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert impostor.stdout is not None and impostor.stdout.readline() == "listening\n"
+        assert not trusted_server(65534)
+        assert exchange(str(path), b'{"event": "progress"}', 5.0) == (None, False)
+        assert request(str(path), {"event": "progress"}) is None
+        read, write = os.pipe()
+        try:
+            assert ask_nursery(str(path), {}, [read]) is None
+        finally:
+            os.close(read)
+            os.close(write)
+    finally:
+        impostor.kill()
+        impostor.wait()
+        shutil.rmtree(shared)

@@ -347,6 +347,7 @@ def _spec_job(**fields: object) -> Job:
         "retry": {"retries": 2, "on": ["error"], "backoff": [1.0, 2.0]},
         "on_interrupt": "requeue",
         "parent": "cccccccc",
+        "detached": True,
         "launch": {"argv": ["bash", "/p"], "mcp": False},
         "max_cost_usd": 1.25,
         "max_tokens": 5000,

@@ -32,7 +32,9 @@ def _help(*argv: str) -> str:
 
 
 def _flags(command: tuple[str, ...] | None) -> list[str]:
-    return [part for part in command or () if part.startswith("-") and part != "-"]
+    """The options of `command` by name (`--resume=ID`: `--resume`; `-` and `--` are none)."""
+    names = [part.split("=", 1)[0] for part in command or () if part.startswith("-")]
+    return [name for name in names if name not in ("-", "--")]
 
 
 @pytest.mark.parametrize("agent", ["claude", "codex"])

@@ -336,7 +336,7 @@ def test_an_interrupted_job_is_requeued_into_the_same_conversation(
     attempt = _ended(home, ended.retried_by)
     assert attempt.status is JobState.COMPLETED, attempt.error
     argv = attempt.launch["argv"]
-    assert argv[argv.index("--resume") + 1] == job.conversation_id
+    assert f"--resume={job.conversation_id}" in argv
     said = json.dumps(server.turn_requests[-1].body["messages"])
     assert "Do the task." in said and "Continue where you left off." in said
 
@@ -385,7 +385,7 @@ def test_a_subscription_limit_is_resumed_at_its_reset(anthropic_server, home, tm
     assert attempt.started_at is not None  # and not before the reset:
     assert parse_timestamp(attempt.started_at).timestamp() >= resets_at
     argv = attempt.launch["argv"]
-    assert argv[argv.index("--resume") + 1] == first.conversation_id
+    assert f"--resume={first.conversation_id}" in argv
     said = json.dumps(server.turn_requests[-1].body["messages"])
     assert "Do the task." in said  # the conversation went on
 

@@ -224,7 +224,7 @@ def test_codex_tokens_are_counted_once_and_session_resume_continues_the_thread(
     assert thread and f"continues conversation {thread}" in resumed.stderr
 
     assert second["status"] == "completed" and second["conversation_id"] == thread
-    assert second["launch"]["argv"][-4:] == ["--json", "resume", thread, "-"]
+    assert second["launch"]["argv"][-5:] == ["--json", "resume", "--", thread, "-"]
     # the conversation really continued: the resumed run sent the earlier turns
     request = openai_server.turn_requests[-1]
     assert request.header("session-id") == thread
@@ -382,7 +382,7 @@ def test_codex_usage_limit_ends_the_attempt_rate_limited_and_the_next_resumes_th
     assert second["status"] == "completed"
     assert (second["attempt"], second["retry_of"]) == (2, first_id)
     assert second["conversation_id"] == thread
-    assert second["launch"]["argv"][-4:] == ["--json", "resume", thread, "-"]
+    assert second["launch"]["argv"][-5:] == ["--json", "resume", "--", thread, "-"]
     # it resumed the thread: the first question went to the server again, with the new prompt
     assert len(openai_server.turn_requests) == 2
     turns = said(openai_server.turn_requests[1].body)

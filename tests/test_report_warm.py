@@ -175,3 +175,32 @@ def test_servers_give_way_end_when_idle_and_are_replaced(tmp_path: Path):
     assert idle not in (None, old, killed)
     retry_until(lambda: gone(idle), timeout=60, interval=0.1)  # 1 s idle, then it ends
     assert server_pid(home) is None and not warm_report.stop(home)
+
+
+def test_a_malformed_request_is_answered_and_the_server_stays_up(tmp_path: Path):
+    """A request nested past the JSON parser's limit (`[[[...`, issue 30) gets "bad request"
+    and the server answers the next one: no request ends it but `stop`."""
+    import threading
+
+    from delegate.runtime.report_server import ReportServer
+    from delegate.services.state import State
+
+    from .test_publish_socket import _raw
+
+    state = State.open(env={"DELEGATE_HOME": str(tmp_path / "state")})
+    state.layout.home.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "r.sock"
+    server = ReportServer(state, path, java="java", idle_s=30.0)  # Spark starts only for a plan
+    serving = threading.Thread(target=server.serve, daemon=True)
+    serving.start()
+    try:
+        for bad in (b"[" * 200_000, b"{nope", b"[1]"):
+            answer = _raw(path, bad)
+            assert answer["ok"] is False and answer["exit_code"] == 64, answer
+            assert answer["message"].startswith("bad request")
+        assert serving.is_alive()
+        assert _raw(path, b'{"stop": true}') == {"ok": True}
+        serving.join(timeout=10)
+        assert not serving.is_alive()
+    finally:
+        server.leave()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Input, Log
+from textual.widgets import Input, Log, Static
 
 from delegate.core.model import JobState
 from delegate.runtime.top import rows as view
@@ -230,6 +230,11 @@ def test_s_sends_a_line_to_the_pane(home: Path, tmux_env: dict[str, str], tmp_pa
     assert "ping" in peek(state, session, lines=20)  # the typed line, echoed in the pane
 
 
+def _question(app: TopApp) -> str:
+    """The text of the question the app asks now (a Confirm screen's)."""
+    return str(app.screen.query_one(Static).render())
+
+
 def said(app: TopApp) -> str:
     """The notifications the app shows now (the footer's toasts), one per line."""
     return "\n".join(str(n.message) for n in app._notifications)
@@ -252,13 +257,18 @@ def test_a_approves_and_d_denies_a_waiting_permission_request(
         await until(pilot, lambda: cell(app, job_id, "event") == "ASKS: Bash: git push", 30)
         first = await until(pilot, request_ids, 30)
         assert app.selected_job() == job_id
-        await pilot.press("a")
+        await pilot.press("a")  # asks first, with the whole call
+        await until(pilot, lambda: isinstance(app.screen, Confirm))
+        assert "Allow job" in _question(app) and "git push" in _question(app)
+        await pilot.press("y")
         await until(pilot, lambda: answered[0].exists() and answered[0].read_text())
         await until(pilot, lambda: f"allowed: Bash git push (job {job_id})" in said(app))
         # its second request: `d` asks why, Enter denies with that reason
         second = await until(pilot, lambda: [r for r in request_ids() if r not in first], 30)
         assert second
         await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, Confirm))
+        await pilot.press("y")
         await until(pilot, lambda: app.query_one(Input).has_class("shown"))
         assert "deny Bash git push" in app.query_one(Input).placeholder
         await pilot.press(*"not", "space", *"today", "enter")
@@ -267,7 +277,7 @@ def test_a_approves_and_d_denies_a_waiting_permission_request(
         await until(pilot, lambda: cell(app, job_id, "state") == "completed", 30)
         # nothing waits any more: both keys say so in one line, and `d` asks for no reason
         await pilot.press("a")
-        await until(pilot, lambda: "no permission request waiting" in said(app))
+        await until(pilot, lambda: "nothing is waiting for a decision" in said(app))
         await pilot.press("d")
         await until(pilot, lambda: "nothing is waiting for a decision" in said(app))
         assert not app.query_one(Input).has_class("shown")

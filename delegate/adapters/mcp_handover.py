@@ -23,6 +23,7 @@ import os
 import stat
 import sys
 
+from delegate.adapters.publish_socket import peer_uid
 from delegate.config.statefiles import LOGS_DIR
 
 TYPE_CHECKING = False
@@ -70,7 +71,7 @@ def hand_over(path: str, job_id: str) -> int | None:
         lines = _Lines(sock)
         try:
             sock.connect(path)
-            if _peer_uid(sock) != os.getuid():
+            if peer_uid(sock) != os.getuid():
                 return None  # not our user's server: it gets no descriptor of ours
             _send_stdio(sock, job_id)
             started = lines.next()
@@ -95,14 +96,6 @@ def hand_over(path: str, job_id: str) -> int | None:
         return _exit_status(lines, forwarded)
     finally:
         sock.close()
-
-
-def _peer_uid(sock: socket) -> int:
-    """The uid of the process listening at the other end (SO_PEERCRED: pid, uid, gid)."""
-    import _socket  # as in hand_over
-
-    creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
-    return int.from_bytes(creds[4:8], sys.byteorder)
 
 
 def _send_stdio(sock: socket, job_id: str) -> None:
@@ -193,6 +186,8 @@ def ask_nursery(path: str, env: dict[str, str], fds: list[int]) -> int | None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(NURSERY_TIMEOUT_S)
             conn.connect(path)
+            if peer_uid(conn) != os.getuid():
+                return None  # not our user's nursery: it gets no descriptor of ours
             message = {"fingerprint": nursery_fingerprint(), "env": env}
             socket.send_fds(conn, [json.dumps(message).encode()], fds)
             conn.shutdown(socket.SHUT_WR)

@@ -661,6 +661,17 @@ class Registry:
             job = self._get_locked(job_id)
             return self._save(job._replace(**changes), job.status, stamp=stamp)
 
+    def add_sub_jobs_spent(self, job_id: str, tokens: int, cost_usd: float) -> Job:
+        """Add a sub-job's new spending to `job_id`'s counter of what its sub-jobs spent, under
+        the lock (two sub-jobs count at once); an ended job's `updated_at` stays its end."""
+        with self.locked():
+            job = self._get_locked(job_id)
+            job = job._replace(
+                sub_jobs_tokens=(job.sub_jobs_tokens or 0) + tokens,
+                sub_jobs_cost_usd=round((job.sub_jobs_cost_usd or 0.0) + cost_usd, 6),
+            )
+            return self._save(job, job.status, stamp=not job.status.terminal)
+
     def admit(
         self,
         job_id: str,

@@ -158,7 +158,9 @@ BUILTIN: dict[str, Profile] = {
         prompt="stdin",
         preamble=True,
         channel="claude-stream",
-        resume=("claude", "-p", "--resume", "{conversation_id}", *_CLAUDE_STREAM),
+        # the id as the flag's own value (`--resume=ID`), and after `--` for codex: checked as it
+        # entered (core/protocol), and never able to be read as a flag besides
+        resume=("claude", "-p", "--resume={conversation_id}", *_CLAUDE_STREAM),
         pass_env=CLAUDE_PASS_ENV,
     ),
     "codex": Profile(
@@ -167,7 +169,7 @@ BUILTIN: dict[str, Profile] = {
         prompt="stdin",
         preamble=True,
         channel="codex-json",
-        resume=("codex", "exec", "--json", "resume", "{conversation_id}", "-"),
+        resume=("codex", "exec", "--json", "resume", "--", "{conversation_id}", "-"),
         agent_sandbox="workspace-write",  # its default, read-only, cannot do the work
         pass_env=CODEX_PASS_ENV,
     ),
@@ -546,17 +548,21 @@ MAX_SUB_JOBS = 8
 class SubJobRules(NamedTuple):
     """`[mcp]` of delegate.toml: what an agent's sub-jobs (`job_submit`) may be. `sub_jobs`:
     "same" (its own profile only, no shell command) or "any"; at most `max_sub_jobs` open at
-    once per parent."""
+    once per parent; `detach`: whether a sub-job may ask to outlive its parent's end."""
 
     sub_jobs: str = "same"
     max_sub_jobs: int = MAX_SUB_JOBS
+    detach: bool = False
 
 
 def sub_job_rules(config: Mapping[str, Any], source: Path) -> SubJobRules:
     where = f"{source} [mcp]"
-    table = checked_table(config.get("mcp", {}), where, {"sub_jobs", "max_sub_jobs"})
+    table = checked_table(config.get("mcp", {}), where, {"sub_jobs", "max_sub_jobs", "detach"})
     kind = _one_of(table, "sub_jobs", "same", ("same", "any"), where)
     most = table.get("max_sub_jobs", MAX_SUB_JOBS)
     if isinstance(most, bool) or not isinstance(most, int) or most < 0:
         raise ConfigError(f"{where}: max_sub_jobs must be a whole number, 0 or more")
-    return SubJobRules(kind, most)
+    detach = table.get("detach", False)
+    if not isinstance(detach, bool):
+        raise ConfigError(f"{where}: detach must be true or false")
+    return SubJobRules(kind, most, detach)

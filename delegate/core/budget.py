@@ -10,9 +10,10 @@ delegate.toml (per million tokens, by model) when the agent reports none.
 # annotation into a ForwardRef at import.
 
 from collections.abc import Mapping
+from math import inf
 from typing import Any, NamedTuple
 
-from delegate.core.model import BUDGET_EXCEEDED
+from delegate.core.model import BUDGET_EXCEEDED, Job
 
 
 class Budget(NamedTuple):
@@ -69,10 +70,26 @@ def add_usage(
 
 
 def with_reported_cost(spent: Spent, cost_usd: object) -> Spent:
-    """The agent's own figure replaces the estimate."""
-    if isinstance(cost_usd, int | float) and not isinstance(cost_usd, bool):
+    """The agent's own figure replaces the estimate (a finite one, 0 or more: the channel
+    checked it as it entered; this keeps a figure from elsewhere as honest)."""
+    if isinstance(cost_usd, int | float) and not isinstance(cost_usd, bool) and 0 <= cost_usd < inf:
         return spent._replace(cost_usd=float(cost_usd), cost_reported=True)
     return spent
+
+
+def budget_of(job: Job) -> Budget:
+    return Budget(job.max_cost_usd, job.max_tokens)
+
+
+def with_sub_jobs(job: Job, own: Spent | None = None) -> Spent:
+    """What `job`'s budget counts: its own spending (`own`, else its record's figures) and what
+    its sub-jobs spent (one counter for a job and every job below it)."""
+    if own is None:
+        own = Spent(job.tokens_in or 0, job.tokens_out or 0, job.cost_usd or 0.0)
+    return own._replace(
+        tokens_in=own.tokens_in + (job.sub_jobs_tokens or 0),
+        cost_usd=own.cost_usd + (job.sub_jobs_cost_usd or 0.0),
+    )
 
 
 def overspent(spent: Spent, budget: Budget) -> str | None:

@@ -41,6 +41,7 @@ DETAIL_MAX = 200
 TOOL_NAME_MAX = 64
 DENIED_TOOLS_MAX = 100
 MAX_TOKENS = 10**12  # per figure, far above any real thread: a larger one is cut to it
+MAX_COST_USD = 10.0**9  # an agent's cost figure past this is not a cost but a lie
 _MAX_ATTEMPTS = 10_000
 _MAX_RETRY_DELAY_MS = 7 * 86_400_000
 _TOKEN_MAX = 40
@@ -110,6 +111,16 @@ def _bounded(value: object, high: int) -> int | None:
     if value != value or value < 0:  # NaN, or below zero
         return None
     return high if value >= high else int(value)
+
+
+def reported_cost(value: object) -> float | None:
+    """An agent's own cost figure: a finite number of dollars from 0 to MAX_COST_USD, else None
+    (a negative or NaN figure would lower what its budget counts)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not 0 <= value <= MAX_COST_USD:  # NaN fails both
+        return None
+    return float(value)
 
 
 def _http_status(value: object) -> int | None:
@@ -233,7 +244,7 @@ class ClaudeStream(_LineParser):
         data: dict[str, Any] = {
             "num_turns": message.get("num_turns"),
             "duration_ms": message.get("duration_ms"),
-            "cost_usd": message.get("total_cost_usd", message.get("cost_usd")),
+            "cost_usd": reported_cost(message.get("total_cost_usd", message.get("cost_usd"))),
             "usage": message.get("usage") if isinstance(message.get("usage"), dict) else {},
         }
         denied = denied_tools(message.get("permission_denials"))

@@ -176,6 +176,13 @@ class Job(NamedTuple):
     # What it may spend (`submit --max-cost/--max-tokens`, `[budget]`): crossing either stops it.
     max_cost_usd: float | None = None
     max_tokens: int | None = None
+    # What its sub-jobs (and theirs) spent so far: the one counter a job and every job below
+    # it draw on, checked against this job's budget (runtime/spending).
+    sub_jobs_tokens: int | None = None
+    sub_jobs_cost_usd: float | None = None
+    # A sub-job submitted with `detach` (`[mcp] detach = true`): it outlives its parent's end,
+    # still inside its parent's budget, folder and deadline.
+    detached: bool | None = None
     # Its own git worktree (`submit --worktree`): repo (the person's checkout), base (commit),
     # base_ref (the branch it was made from, if any), branch, path, and once made `created`;
     # once `worktree clean` removed it, `removed_at`. None: the job shares its workdir.

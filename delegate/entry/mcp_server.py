@@ -472,7 +472,7 @@ def job_tools(server: MCPServer, tools: Tools) -> None:
     async def job_submit(
         prompt: Annotated[str, Field(description="What the sub-job's agent is asked to do.")],
         agent: Annotated[
-            str | None, Field(description="The agent profile (claude, codex, ...).")
+            str | None, Field(description="The agent profile (default: this job's own).")
         ] = None,
         cmd: Annotated[
             str | None, Field(description="A shell command instead of a profile.")
@@ -484,6 +484,15 @@ def job_tools(server: MCPServer, tools: Tools) -> None:
         idempotency_key: Annotated[
             str | None, Field(description="Submitting one key twice starts one job.")
         ] = None,
+        max_cost: Annotated[
+            float | None, Field(description="USD it may spend (within this job's budget).")
+        ] = None,
+        max_tokens: Annotated[
+            int | None, Field(description="Tokens it may use (within this job's budget).")
+        ] = None,
+        detach: Annotated[
+            bool, Field(description="Keep it running when this job ends, where allowed.")
+        ] = False,
     ) -> dict[str, Any]:
         """Submit a sub-job of this job (recorded as its parent; sub-jobs stop at depth
         MAX_DEPTH). Returns at once with its id: follow it with job_wait or job_status."""
@@ -494,6 +503,9 @@ def job_tools(server: MCPServer, tools: Tools) -> None:
             workdir=Path(workdir) if workdir else None,
             wall_timeout_s=wall_timeout,
             idempotency_key=idempotency_key,
+            max_cost_usd=max_cost,
+            max_tokens=max_tokens,
+            detached=detach,
         )
         return tools.job_submit(request)
 

@@ -52,7 +52,7 @@ from delegate.core.approvals import (
     hook_answer,
     tool_name,
 )
-from delegate.core.channels import parser_for
+from delegate.core.channels import claude_usage, parser_for
 from delegate.core.errors import BusError, DelegateError, PublishRefused, guarded, say
 from delegate.core.model import PANE_GONE, EventType
 from delegate.core.timefmt import record_timestamp
@@ -305,8 +305,9 @@ def record_usage(state: State, job_id: str, data: dict[str, Any], *, tokens: boo
     if isinstance(data.get("cost_usd"), int | float):
         changes["cost_usd"] = float(data["cost_usd"])
     for field, key in (("tokens_in", "input_tokens"), ("tokens_out", "output_tokens")):
-        if tokens and isinstance(usage.get(key), int):
-            changes[field] = usage[key]
+        count = claude_usage({key: usage.get(key)}) if tokens else None  # bounded, 0 or more
+        if count is not None and isinstance(usage.get(key), int):
+            changes[field] = count[key]
     if changes:
         state.registry.update(job_id, **changes)
 

@@ -74,6 +74,7 @@ class Guard:
         self._token = token.encode()
         self.read_only = read_only
         self.hosts = allowed_hosts(bind)
+        self.wildcard = bind in WILDCARDS
         self.session = self._derive(b"session")
         self.csrf = self._derive(b"csrf")
 
@@ -93,5 +94,13 @@ class Guard:
     def csrf_ok(self, given: str | None) -> bool:
         return _same(given, self.csrf.encode())
 
-    def host_ok(self, header: str | None) -> bool:
-        return header is not None and host_name(header) in self.hosts
+    def host_ok(self, header: str | None, arrived_at: str | None = None) -> bool:
+        """Whether the Host header names this dashboard. Bound to every interface, the
+        address a connection arrived at counts too (a request by IP: an address, never a name
+        a rebinding DNS could point here)."""
+        if header is None:
+            return False
+        name = host_name(header)
+        if name in self.hosts:
+            return True
+        return self.wildcard and arrived_at is not None and name == arrived_at.lower()

@@ -8,6 +8,7 @@ thread, and `/events` streams the live table's changes as server-sent events.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import socket
@@ -69,10 +70,19 @@ def _forbidden() -> Response:
     )
 
 
-FRAMING_HEADERS = (
-    (b"x-frame-options", b"DENY"),
-    (b"content-security-policy", b"frame-ancestors 'none'"),
+# Every answer: no page of any other origin may frame it, and no script runs but the page's own
+# file (no inline script, nothing from elsewhere: text an agent wrote cannot become script).
+STRICT_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self';"
+    " img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
+# The report page: its own inline style and charts, and no script at all.
+REPORT_POLICY = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none';"
+    " form-action 'none'; frame-ancestors 'none'; sandbox"
+)
+CSP = b"content-security-policy"
+ASSET_MAX_AGE_S = 86400  # asset URLs carry their content's version: a change is a new URL
 
 
 class GuardMiddleware:
@@ -92,7 +102,10 @@ class GuardMiddleware:
             # no page of any other origin (an agent's dev server on localhost:*) may frame
             # this one and have a person click Approve or Retry through it
             if message["type"] == "http.response.start":
-                headers = [*message.get("headers", []), *FRAMING_HEADERS]
+                headers = list(message.get("headers", []))
+                if not any(name.lower() == CSP for name, _ in headers):  # else a route's own
+                    headers.append((CSP, STRICT_POLICY.encode()))
+                headers.append((b"x-frame-options", b"DENY"))
                 message = {**message, "headers": headers}
             await send(message)
 
@@ -105,7 +118,8 @@ class GuardMiddleware:
 
     def _refusal(self, request: Request) -> Response | None:
         guard = self.guard
-        if not guard.host_ok(request.headers.get("host")):
+        arrived_at = (request.scope.get("server") or (None,))[0]  # this end's address
+        if not guard.host_ok(request.headers.get("host"), arrived_at):
             return PlainTextResponse("400 unknown Host header\n", status_code=400)
         if "token" in request.query_params:
             return self._enter(request)
@@ -181,15 +195,18 @@ class Dashboard:
         self.live = live
         self.guard = guard
         self.options = options
-        # The style and the script are inlined, and the table as it is now is put in the page
-        # itself: the first paint needs one response, not four round trips (issue 21).
+        # The table as it is now is put in the page itself: the first paint needs no API round
+        # trip (issue 21). The style and the script are files of their own (the policy allows
+        # no inline script), at URLs that name their content: a browser fetches them once.
+        self.version = hashlib.sha256(
+            b"".join((STATIC / name).read_bytes() for name in sorted(ASSETS))
+        ).hexdigest()[:16]
         page = (
             (STATIC / "index.html")
             .read_text()
             .replace("{{CSRF}}", guard.csrf)
             .replace("{{READ_ONLY}}", "true" if options.read_only else "false")
-            .replace("{{CSS}}", (STATIC / "app.css").read_text())
-            .replace("{{JS}}", (STATIC / "app.js").read_text())
+            .replace("{{VERSION}}", self.version)
         )
         self.page_head, self.page_tail = page.split("{{TABLE}}", 1)
 
@@ -219,7 +236,12 @@ class Dashboard:
         name = request.path_params["name"]
         if name not in ASSETS:
             return PlainTextResponse("404\n", status_code=404)
-        return FileResponse(STATIC / name, media_type=ASSETS[name])
+        cache = f"private, max-age={ASSET_MAX_AGE_S}, immutable"
+        if request.query_params.get("v") != self.version:
+            cache = "no-store"  # an old page's URL: whatever the file is now, not kept
+        return FileResponse(
+            STATIC / name, media_type=ASSETS[name], headers={"cache-control": cache}
+        )
 
     async def jobs(self, request: Request) -> Response:
         return JSONResponse(self.live.snapshot())
@@ -251,7 +273,8 @@ class Dashboard:
                 content = handle.read()
         except OSError:
             return PlainTextResponse("the report changed while it was read; ask again\n", 409)
-        return HTMLResponse(content, headers={"cache-control": "no-store"})
+        headers = {"cache-control": "no-store", "content-security-policy": REPORT_POLICY}
+        return HTMLResponse(content, headers=headers)
 
     async def cancel(self, request: Request) -> Response:
         try:

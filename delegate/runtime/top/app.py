@@ -21,6 +21,7 @@ from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, Log, Static
@@ -31,6 +32,7 @@ from delegate.core.timefmt import human_duration
 from delegate.runtime.dashboard.live import LiveTable
 from delegate.runtime.dashboard.snapshot import TERMINAL_STATES, waiting_of
 from delegate.runtime.top import rows as view
+from delegate.services.jobs.approvals import WaitingRequest
 from delegate.services.jobs.host_approvals import approve
 from delegate.services.jobs.submit import cancel
 from delegate.services.session import send
@@ -59,11 +61,14 @@ class RowsChanged(Message):
 
 
 class Confirm(ModalScreen[bool]):
-    """A yes/no question on one line: `y` answers yes, anything bound else no."""
+    """A yes/no question, wrapped to the box: `y` answers yes, anything bound else no."""
 
     DEFAULT_CSS = """
     Confirm { align: center middle; }
-    Confirm > Static { width: auto; max-width: 76; padding: 1 2; border: round $warning; }
+    Confirm > VerticalScroll {
+        width: auto; max-width: 76; height: auto; max-height: 90%; border: round $warning;
+    }
+    Confirm Static { width: auto; padding: 1 2; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Yes"),
@@ -76,7 +81,8 @@ class Confirm(ModalScreen[bool]):
         self.question = question
 
     def compose(self) -> ComposeResult:
-        yield Static(f"{self.question}  [y/n]", markup=False)
+        with VerticalScroll():  # a long call scrolls, never cut
+            yield Static(f"{self.question}  [y/n]", markup=False)
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
@@ -148,6 +154,7 @@ class TopApp(App[int]):
         self._note: str | None = None
         self._filter = ""
         self._prompt_for: tuple[str, str] | None = None  # ("filter" | "send" | "deny", job id)
+        self._deny_request: str | None = None  # the request a "deny" prompt answers
         self._shown = view.columns()
 
     # --- layout -----------------------------------------------------------------------------
@@ -384,7 +391,8 @@ class TopApp(App[int]):
         if mode == "send":
             self._send(job_id, event.value)
         elif mode == "deny":
-            self._answer(job_id, deny=True, reason=event.value.strip() or None)
+            request_id, self._deny_request = self._deny_request, None
+            self._answer(job_id, request_id, deny=True, reason=event.value.strip() or None)
 
     def _send(self, job_id: str, text: str) -> None:
         session = str(self._rows.get(job_id, {}).get("session") or "")
@@ -400,29 +408,47 @@ class TopApp(App[int]):
         self._sync(set())
 
     def action_permission(self, what: str) -> None:
-        """`a` allows the selected job's oldest waiting request; `d` asks for a reason first."""
+        """`a` allows, `d` denies (asking a reason) the selected job's oldest waiting request,
+        once the person said yes to its whole call, shown wrapped, never cut."""
         job_id = self.selected_job()
         if job_id is None:
-            return
-        if what == "approve":
-            self._answer(job_id, deny=False, reason=None)
             return
         try:
             waiting = waiting_of(self.state, self.state.registry.get(job_id))
         except DelegateError as exc:
             self.notify(f"job {job_id}: {exc}", severity="error")
             return
-        if not waiting:  # say so now, not after a reason was typed
+        if not waiting:  # say so now, not after a question was answered
             self.notify(f"job {job_id}: nothing is waiting for a decision", severity="warning")
             return
-        asks = f"deny {waiting[0].tool} {waiting[0].summary}: why? (Enter denies, Esc not)"
+        request = waiting[0]
+        verb = "Deny" if what == "deny" else "Allow"
+        question = (
+            f"{verb} job {job_id}'s {request.tool} call?\n\n{request.call or request.summary}"
+        )
+        self.push_screen(
+            Confirm(question), partial(self._permission_if, job_id, request, what == "deny")
+        )
+
+    def _permission_if(
+        self, job_id: str, request: WaitingRequest, deny: bool, yes: bool | None
+    ) -> None:
+        if not yes:
+            return
+        if not deny:
+            self._answer(job_id, request.request_id, deny=False, reason=None)
+            return
+        self._deny_request = request.request_id
+        asks = f"deny {request.tool} {request.summary}: why? (Enter denies, Esc not)"
         self._open_prompt("deny", job_id, view.cut(asks, 70))
 
     @work(thread=True, exclusive=False)
-    def _answer(self, job_id: str, *, deny: bool, reason: str | None) -> None:
+    def _answer(
+        self, job_id: str, request_id: str | None, *, deny: bool, reason: str | None
+    ) -> None:
         """Off the screen's loop: the wrapper (or the agent host) takes a moment to confirm."""
         try:
-            answered = approve(self.state, job_id, deny=deny, reason=reason)
+            answered = approve(self.state, job_id, deny=deny, reason=reason, request_id=request_id)
         except DelegateError as exc:
             self.notify(f"job {job_id}: {exc}", severity="error")
             return

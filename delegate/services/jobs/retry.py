@@ -153,6 +153,7 @@ def spec_of(state: State, job: Job) -> dict[str, Any]:
         "retry": job.retry,
         "on_interrupt": job.on_interrupt,
         "parent": job.parent,  # a sub-job's attempt stays inside its parent
+        "detached": bool(job.detached),
         # `--no-mcp`: its launch registered no `delegate mcp` (for a profile that registers
         # none anyway, the same launch either way)
         "no_mcp": job.launch.get("mcp") is False,
@@ -270,7 +271,7 @@ def cancel_sub_jobs(state: State, parent: Job) -> list[str]:
     whoever follows it), audited on the parent; a sub-job lives no longer than its parent."""
     cancelled = []
     for job in state.registry.open_jobs():
-        if job.parent != parent.job_id:
+        if job.parent != parent.job_id or job.detached:
             continue
         try:
             cancel(state, job.job_id)

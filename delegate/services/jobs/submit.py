@@ -93,6 +93,8 @@ class SubmitRequest(NamedTuple):
     token_for: Callable[[str], str] | None = None
     # a sub-job: the job that submitted it (`delegate mcp`'s job_submit)
     parent: str | None = None
+    # ...which it outlives (`job_submit`'s `detach`, where `[mcp] detach = true`)
+    detached: bool = False
     # `--no-mcp`: the claude and codex profiles do not register `delegate mcp` for the job
     no_mcp: bool = False
     # `--max-cost USD`, `--max-tokens N`: None takes `[budget]` of delegate.toml
@@ -523,6 +525,7 @@ def _admit(
         "after": list(request.after) or None,
         "after_rule": request.after_rule if request.after else None,
         "group": request.group,
+        "detached": request.detached or None,
         **_budget(state, profile.name, request),
         **attempt_fields(request, profile.on_interrupt),
     }

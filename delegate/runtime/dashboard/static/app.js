@@ -248,8 +248,9 @@ function detailActions(detail) {
   const box = $("#detail-actions");
   box.replaceChildren();
   $("#requests").replaceChildren(...detail.waiting.map((r) => {
+    // the whole call, wrapped (never the cut summary): what Approve lets run
     const li = el("li", { "data-request": r.request_id }, el("span", { class: "asks" },
-      `${r.tool}: ${r.summary}`));
+      `${r.tool}: ${r.call || r.summary}`));
     if (!READ_ONLY) {
       const yes = el("button", { type: "button", "data-action": "approve" }, "Approve");
       const no = el("button", { type: "button", class: "danger", "data-action": "deny" }, "Deny");
