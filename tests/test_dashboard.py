@@ -523,6 +523,15 @@ def test_the_report_page_is_never_a_link(home: Path, tmux_env, tmp_path: Path):
         stop_server(server)
 
 
+def test_the_report_comes_from_the_state_dirs_report_folder(home: Path, served: Server):
+    """By default `/report` looks where `delegate report --format html` writes: the state
+    dir's `reports` folder, never a folder of the dashboard's working directory (issue 30)."""
+    cookie = session_cookie(served)
+    status, _, body = request(served, "GET", "/api/report", headers={"Cookie": cookie})
+    assert status == 200
+    assert json.loads(body) == {"available": False, "folder": str(home / "reports")}
+
+
 def test_two_dashboards_on_one_host_keep_their_own_sessions(home: Path, tmux_env):
     """A browser keeps cookies by host, not port: each dashboard's cookie is named for its
     port, so opening a second one does not make the first answer 403 (issue 30)."""

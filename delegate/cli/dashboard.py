@@ -41,8 +41,11 @@ def dashboard(
         typer.Option("--insecure", help="Allow a non-loopback --bind without TLS."),
     ] = False,
     report_dir: Annotated[
-        Path, typer.Option("--report-dir", help="Where `report --format html` wrote its page.")
-    ] = Path("delegate-report"),
+        Path | None,
+        typer.Option(
+            "--report-dir", help="Where `report --format html` wrote its page (default: ours)."
+        ),
+    ] = None,
 ) -> int:
     """A local web page of the jobs, live: table, detail (with a worktree job's diff), queue,
     hosts, latest report.

@@ -73,7 +73,11 @@ def report(
         str | None, typer.Option("--since", help="Only jobs submitted on or after this day.")
     ] = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Folder for json, parquet or html output.")
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Folder for json, parquet or html output (default: the state dir's reports).",
+        ),
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, json, parquet or html.")] = "table",
     compact: Annotated[

@@ -17,6 +17,7 @@ from delegate.config.statefiles import (
     GROUPS_BOOK,
     JOBS_DIR,
     LOGS_DIR,
+    REPORTS_DIR,
     SESSIONS_DB,
     WORKTREES_DIR,
 )
@@ -48,6 +49,10 @@ class Layout:
     @property
     def logs(self) -> Path:
         return self.home / LOGS_DIR
+
+    @property
+    def reports(self) -> Path:
+        return self.home / REPORTS_DIR
 
     @property
     def bus_db(self) -> Path:

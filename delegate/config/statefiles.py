@@ -13,6 +13,7 @@ SESSIONS_DB = "sessions.db"
 COORD_DB = "coord.db"
 CRON_BOOK = "cron.json"
 GROUPS_BOOK = "groups.json"
+REPORTS_DIR = "reports"  # where `report --format html|json|parquet` writes unless --out says
 WORKTREES_DIR = "worktrees"  # a job's own git worktree: worktrees/<repo name>/<job id>
 PUBLISH_SERVER_SOCKET = "publish.sock"  # the warm publish server (runtime/publish_server)
 PUBLISH_SERVER_LOCK = "publish-server.lock"  # held by that server for its life

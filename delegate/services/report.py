@@ -171,7 +171,7 @@ def plan_report(
     else:
         store = f"{logs.rstrip('/')}-analytics"
     if fmt != "table":
-        out = (out or Path("delegate-report")).expanduser().absolute()
+        out = (out or state.layout.reports).expanduser().absolute()
     return Plan(logs, store, local, own, since_day, out, fmt, compact)
 
 

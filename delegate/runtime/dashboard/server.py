@@ -59,7 +59,7 @@ class Options(NamedTuple):
     read_only: bool = False
     tls_cert: str | None = None
     tls_key: str | None = None
-    report_dir: Path = Path("delegate-report")
+    report_dir: Path | None = None  # None: the state dir's reports folder
     recent: int = 100  # ended jobs listed below the open ones
 
 
@@ -195,6 +195,7 @@ class Dashboard:
         self.live = live
         self.guard = guard
         self.options = options
+        self.report_dir = options.report_dir or state.layout.reports
         # The table as it is now is put in the page itself: the first paint needs no API round
         # trip (issue 21). The style and the script are files of their own (the policy allows
         # no inline script), at URLs that name their content: a browser fetches them once.
@@ -261,10 +262,10 @@ class Dashboard:
         return JSONResponse({"hosts": rows, "note": None})
 
     async def report_info(self, request: Request) -> Response:
-        return JSONResponse(snapshot.report_info(self.options.report_dir))
+        return JSONResponse(snapshot.report_info(self.report_dir))
 
     async def report(self, request: Request) -> Response:
-        page = snapshot.latest_report(self.options.report_dir)
+        page = snapshot.latest_report(self.report_dir)
         if page is None:
             return PlainTextResponse("no report yet: run `delegate report --format html`\n", 404)
         try:  # O_NOFOLLOW: a link swapped in since it was chosen is not followed
