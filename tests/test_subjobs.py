@@ -109,8 +109,10 @@ def test_a_parent_and_its_sub_jobs_draw_on_one_budget(home: Path, tmux_env, tmp_
         for _ in range(2)
     )
     assert one.max_tokens == two.max_tokens == 1000
-    for job in (one, two):
-        publish_event(state, job.job_id, "started")
+    for job in (one, two):  # each in tmux, its wrapper says `started`
+        retry_until(
+            lambda j=job: state.registry.get(j.job_id).status is JobState.RUNNING, timeout=30
+        )
     first, first_stopped = _spending(state, one.job_id)
     second, second_stopped = _spending(state, two.job_id)
     first.count({"input_tokens": 500, "output_tokens": 100}, None)
@@ -143,12 +145,11 @@ def test_a_sub_job_counts_against_every_budget_above_it(home: Path, tmux_env, tm
     middle = submit_subjob(state, top.job_id, SubmitRequest(prompt=b"x", agent="helper")).job
     assert middle.max_cost_usd == 0.75
     state.registry.update(middle.job_id, max_cost_usd=None)  # as if it had none of its own
-    publish_event(state, middle.job_id, "started")
     low = submit_subjob(
         state, middle.job_id, SubmitRequest(prompt=b"x", agent="helper", max_cost_usd=5.0)
     ).job
     assert low.max_cost_usd == 0.75  # never what it asked past the top's budget
-    publish_event(state, low.job_id, "started")
+    retry_until(lambda: state.registry.get(low.job_id).status is JobState.RUNNING, timeout=30)
     spending, stopped = _spending(state, low.job_id)
     spending.count({"input_tokens": 10}, None)
     spending.reported(0.5)  # its agent's own figure at its end
