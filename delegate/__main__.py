@@ -82,8 +82,9 @@ def _exit_at_once(argv: list[str], code: int) -> None:
     if argv[:1] not in EXIT_AT_ONCE or any(name in sys.modules for name in EXIT_HAS_WORK):
         return
     threading = sys.modules.get("threading")
-    if threading is not None and threading.active_count() > 1:
-        return
+    main = threading.main_thread() if threading is not None else None
+    if threading is not None and any(t is not main and not t.daemon for t in threading.enumerate()):
+        return  # a thread to join (a daemon one, as a helper's reaper, is not waited for)
     try:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from delegate.config.statefiles import PUBLISH_SERVER_LOCK
+from delegate.config.statefiles import PUBLISH_SERVER_LOCK, SUPERVISOR_LOCK
 from delegate.services import warm_report
 from delegate.services.jobs import warm_publish
 from delegate.services.state import State
@@ -70,11 +70,16 @@ def _stop_report_servers_under(folder: Path, patterns: tuple[str, ...]) -> None:
 def _stop_report_servers(request: pytest.FixtureRequest):
     """A report run by a test leaves its state dir's warm Spark waiting for the next one
     (services/warm_report), a publish no wrapper served its state dir's warm publisher
-    (services/jobs/warm_publish): stop the ones under the test's own tmp_path when it ends."""
+    (services/jobs/warm_publish): stop the ones under the test's own tmp_path when it ends;
+    and the supervisor a command started (services/supervisor), with whatever it launched."""
     yield
     tmp_path = request.node.funcargs.get("tmp_path")
     if tmp_path is not None:
         _stop_report_servers_under(tmp_path, ("*/analytics", "*/*/analytics"))
+        if (tmp_path / "state" / SUPERVISOR_LOCK).exists():  # the state dir's supervisor ran
+            from tests.tmux_fixtures import kill_processes_of  # a plugin: loaded by now
+
+            kill_processes_of(tmp_path / "state")
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -29,6 +29,10 @@ def _publish(home: Path, job_id: str, event: str, *args: str) -> None:
     assert receipt["job_id"] == job_id and receipt["event"] == event
 
 
+def _received(state: State, job_id: str) -> list[dict]:
+    return state.audit.read_events(job_id, kind="received")
+
+
 def test_round_trip_across_processes(home: Path):
     job_id = _register(home)
     watcher = popen_cli(home, "watch", job_id, "--idle-timeout", "30")
@@ -66,7 +70,8 @@ def test_round_trip_across_processes(home: Path):
         (2, "progress"),
         (3, "completed"),
     ]
-    received = state.audit.read_events(job_id, kind="received")
+    # the state dir's supervisor (which `watch` started: it only follows) received each once
+    received = retry_until(lambda: len(_received(state, job_id)) >= 3 and _received(state, job_id))
     assert [e["seq"] for e in received] == [1, 2, 3]
     changes = [
         (e["previous"], e["status"]) for e in state.audit.read_events(job_id, kind="status_changed")

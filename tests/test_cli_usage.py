@@ -226,14 +226,20 @@ def test_report_names_what_is_missing_and_exits_69(home: Path, tmp_path: Path):
     assert_one_line_error(no_java)
 
 
-@pytest.mark.parametrize("module", ["delegate.runtime.wrapper", "delegate.runtime.supervisor"])
-def test_process_entry_points_fail_in_one_line(home: Path, module: str):
+@pytest.mark.parametrize(
+    "module,args,code",
+    [
+        ("delegate.runtime.wrapper", ["0badc0de"], 66),
+        ("delegate.runtime.supervisor", ["--lock-fd", "999"], 64),
+        ("delegate.runtime.supervisor", ["0badc0de"], 64),
+    ],
+)
+def test_process_entry_points_fail_in_one_line(home: Path, module: str, args: list, code: int):
     import subprocess
     import sys
 
     from .helpers import cli_env
 
-    args = ["0badc0de"]
     result = subprocess.run(
         [sys.executable, "-m", module, *args],
         env=cli_env(home),
@@ -241,7 +247,7 @@ def test_process_entry_points_fail_in_one_line(home: Path, module: str):
         text=True,
         timeout=60,
     )
-    assert result.returncode == 66, result.stderr
+    assert result.returncode == code, result.stderr
     assert_one_line_error(result)
 
 

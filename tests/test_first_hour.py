@@ -146,10 +146,10 @@ def test_a_refused_busy_session_submit_records_nothing(home: Path, tmux_env, tmp
     job_id = submit_no_wait(home, tmux_env, tmp_path, "sleep 30", "--session", "busy")
     wait_running(home, job_id)
     retry_until((home / "logs" / job_id / "agent.log").exists)  # the running job settled
-    # and its supervisor too: on the SQLite bus submit returns before it subscribes, and it
-    # then prints the `started` it catches up on
+    # and the state dir's supervisor too: on the SQLite bus submit returns before it listens,
+    # and it then audits the `started` it catches up on
     supervisor_pid(home, job_id)
-    retry_until(lambda: (home / "logs" / job_id / "subscriber.out").read_text().strip())
+    retry_until(lambda: _state(home).audit.read_events(job_id, kind="received"))
     before = _snapshot(home)
     listed = run_cli(home, "ps", "--all", "--json", env=tmux_env)
     refused = submit_shell(home, tmux_env, tmp_path, "echo no", "--session", "busy", "--no-wait")

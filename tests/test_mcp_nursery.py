@@ -83,12 +83,13 @@ def test_an_idle_nursery_ends(home, tmux_env, tmp_path):
     server = AnthropicServer([claude_mcp("delegate", "bb_put", key="k", value=1)]).start()
     try:
         claude_profile(home, server)
-        env = claude_job_env(tmux_env, DELEGATE_MCP_WARM_S="1")
+        # (idle 3 s: `--wait` returns once the supervisor settled the session, a pass away)
+        env = claude_job_env(tmux_env, DELEGATE_MCP_WARM_S="3")
         _submit(home, env, tmp_path / "one", wait=True)
         path = nursery_socket(str(home))
         assert path is not None
         retry_until(lambda: Path(path).exists(), timeout=30)
-        retry_until(lambda: not Path(path).exists(), timeout=30)  # idle a second: it ended
+        retry_until(lambda: not Path(path).exists(), timeout=30)  # idle 3 s: it ended
         retry_until(lambda: not _processes_of(NURSERY, home), timeout=5)
     finally:
         server.stop()

@@ -58,11 +58,29 @@ def pane_pid(home: Path, job_id: str) -> int:
     return int(row.pane_pid)
 
 
-def supervisor_pid(home: Path, job_id: str) -> int:
-    """The job's supervisor, once subscribed (submit --no-wait on SQLite returns before)."""
-    ready = home / "logs" / job_id / "subscriber.ready"
-    retry_until(lambda: ready.exists() and ready.read_text().strip(), timeout=30)
-    return int(ready.read_text().strip())
+def kill_supervisor(home: Path, job_id: str | None = None) -> None:
+    """SIGKILL the state dir's started supervisor, as an OOM killer would (`job_id`: the job a
+    test has in mind; one supervisor follows them all); waits a moment for one that is still
+    starting; leaves a person's `delegate monitor` alone, and does nothing when none runs."""
+    from delegate.services.supervisor import holder_mode, running_supervisor
+
+    state = State.open(env={"DELEGATE_HOME": str(home)})
+    deadline = time.monotonic() + 2.0
+    while (pid := running_supervisor(state)) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if pid is not None and holder_mode(state) == "started":
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        retry_until(lambda: not alive(pid), timeout=10)
+
+
+def supervisor_pid(home: Path, job_id: str | None = None) -> int:
+    """The state dir's supervisor, which follows every job (`job_id`: the one a test has in
+    mind), once it holds its lock (submit --no-wait on SQLite returns before)."""
+    from delegate.services.supervisor import running_supervisor
+
+    state = State.open(env={"DELEGATE_HOME": str(home)})
+    return int(retry_until(lambda: running_supervisor(state), timeout=30))
 
 
 def monitor_once(home: Path, env: dict[str, str], *args: str) -> list[dict]:
@@ -112,6 +130,8 @@ def test_wrapper_killed_the_job_ends_and_nothing_of_it_is_left(
     home: Path, tmux_env, tmp_path: Path
 ):
     pids_file = tmp_path / "pids"
+    # the state dir's supervisor leaves a second after its last job (not the default minute)
+    tmux_env = {**tmux_env, "DELEGATE_SUPERVISOR_QUIET_S": "1"}
     job_id = submit_no_wait(home, tmux_env, tmp_path, STUBBORN.format(pids=pids_file))
     wait_running(home, job_id)
     agent_pids = retry_until(lambda: len(read_pids(pids_file)) == 2 and read_pids(pids_file))
@@ -191,7 +211,7 @@ def test_a_running_monitor_stands_in_for_killed_supervisors(home: Path, tmux_env
     idle = submit_no_wait(home, tmux_env, tmp_path, "sleep 300", "--idle-timeout", "4")
     for job_id in (done, idle):
         wait_running(home, job_id)
-        os.kill(supervisor_pid(home, job_id), signal.SIGKILL)
+    kill_supervisor(home)  # the state dir's, which followed both
     state = open_state(home)
     job = state.registry.get(idle)
     deadline = parse_timestamp(job.last_event_at or job.started_at or "").timestamp() + 4
@@ -354,6 +374,8 @@ def test_a_dead_panes_pid_is_never_signalled(home: Path, tmux_env, tmp_path: Pat
     for _attempt in range(5):
         job_id = submit_no_wait(home, tmux_env, tmp_path, "exit 0")
         retry_until(lambda j=job_id: state.registry.get(j).status is JobState.COMPLETED)
+        # and its session settled by the state dir's supervisor (stopped, kept for a look)
+        retry_until(lambda j=job_id: session_of(home, j).state is SessionState.STOPPED)
         pane = retry_until(
             lambda j=job_id: next((p for p in tmux.panes() if p.dead and p.job_id == j), None)
         )
@@ -427,7 +449,7 @@ def test_cancel_says_when_tmux_cannot_be_reached(home: Path, tmux_env, tmp_path:
 
     other = submit_no_wait(home, tmux_env, tmp_path, "sleep 300")
     wait_running(home, other)
-    os.kill(supervisor_pid(home, other), signal.SIGKILL)  # only the cancel acts
+    kill_supervisor(home, other)  # only the cancel acts
     no_tmux = {**env, "PATH": str(tmp_path / "empty-bin")}
     (tmp_path / "empty-bin").mkdir()
     result = run_cli(home, "cancel", other, env=no_tmux)

@@ -28,6 +28,7 @@ from delegate.services.state import State
 from .helpers import json_lines, retry_until, run_cli, submit_shell
 from .mqtt_fixtures import PLAIN, Broker, _user, free_port
 from .test_monitor import (
+    kill_supervisor,
     monitor_once,
     open_state,
     pane_pid,
@@ -194,7 +195,7 @@ def test_a_hanging_notifier_delays_nothing_past_its_limit(home: Path, tmux_env, 
     started = time.monotonic()
     job_id = submit_no_wait(
         home,
-        tmux_env,
+        {**tmux_env, "DELEGATE_SUPERVISOR_QUIET_S": "1"},  # it leaves a second after the job
         tmp_path,
         'delegate publish --event permission_required --detail "ok?"; echo done > out.txt',
     )
@@ -216,7 +217,7 @@ def test_two_monitors_over_20_jobs_act_once_each(home: Path, tmux_env, tmp_path:
     ]
     for job_id in ids:
         wait_running(home, job_id)
-        os.kill(supervisor_pid(home, job_id), signal.SIGKILL)  # the monitors are on their own
+        kill_supervisor(home, job_id)  # the monitors are on their own
     monitors = [
         start_monitor(home, tmux_env, "--interval", "0.3", "--keep-finished", "1") for _ in range(2)
     ]
@@ -341,7 +342,7 @@ def test_a_started_the_bus_refused_does_not_strand_the_job(home: Path, tmp_path:
 def test_monitor_once_twice_changes_nothing_the_second_time(home: Path, tmux_env, tmp_path):
     job_id = submit_no_wait(home, tmux_env, tmp_path, "sleep 300")
     wait_running(home, job_id)
-    os.kill(supervisor_pid(home, job_id), signal.SIGKILL)
+    kill_supervisor(home, job_id)
     os.kill(pane_pid(home, job_id), signal.SIGKILL)
     first = monitor_once(home, tmux_env)
     assert {a["action"] for a in first} >= {"fail_job", "kill_session"}
@@ -423,7 +424,7 @@ def test_a_monitor_over_mqtt_applies_what_a_dead_supervisor_missed(
     env = {**tmux_env, "DELEGATE_BUS": own_broker.url}
     job_id = submit_no_wait(home, env, tmp_path, "sleep 300")
     wait_running(home, job_id)
-    os.kill(supervisor_pid(home, job_id), signal.SIGKILL)
+    kill_supervisor(home, job_id)
     monitor = start_monitor(home, env, "--interval", "30")
     state = State.open(env={"DELEGATE_HOME": str(home), "DELEGATE_BUS": own_broker.url})
     try:

@@ -8,7 +8,6 @@ made unaskable for longer than the grace, and an event arrives for a job already
 from __future__ import annotations
 
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from delegate.core.model import JobState, SessionState
 from .helpers import json_lines, retry_until, run_cli
 from .test_monitor import (
     _publish_raw,
+    kill_supervisor,
     monitor_once,
     open_state,
     pane_pid,
@@ -25,7 +25,6 @@ from .test_monitor import (
     start_monitor,
     stop_monitor,
     submit_no_wait,
-    supervisor_pid,
     wait_running,
 )
 from .tmux_fixtures import socket_path
@@ -105,7 +104,7 @@ def test_tmux_unaskable_past_the_grace_ends_the_job_lost_and_kills_nothing_until
     (home / "delegate.toml").write_text("[monitor]\nlost_after_s = 2\n")
     wrapper = pane_pid(home, job_id)
     # its supervisor, which sees tmux, would end each episode the blind monitor begins
-    os.kill(supervisor_pid(home, job_id), signal.SIGKILL)
+    kill_supervisor(home, job_id)
     blind = {**tmux_env, "PATH": str(tmp_path / "no-tmux-here")}  # tmux cannot be run
     state = open_state(home)
 

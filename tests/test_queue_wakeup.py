@@ -7,8 +7,6 @@ fewer than two hold a slot for longer than a second.
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ from delegate.adapters.sessions_db import SessionInventory
 from delegate.core.caps import busy_sessions, occupies_slot
 from delegate.core.model import JobState
 
-from .test_monitor import open_state, submit_no_wait, supervisor_pid
+from .test_monitor import kill_supervisor, open_state, submit_no_wait
 
 CAP = 2
 STARVED_LIMIT_S = 1.0
@@ -32,7 +30,7 @@ def _submit_six(
     for n in range(6):
         ids.append(submit_no_wait(home, env, workdir, "sleep 4"))
         if n in without_supervisor:
-            os.kill(supervisor_pid(home, ids[-1]), signal.SIGKILL)
+            kill_supervisor(home, ids[-1])
     return ids
 
 

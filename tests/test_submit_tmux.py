@@ -334,8 +334,9 @@ def test_twenty_jobs_at_once_all_complete_and_the_books_agree(home: Path, tmux_e
         assert not alive(pane.pid)
         events = state.audit.read_events(job_id, kind="published")
         assert [e["event"] for e in events] == ["started", "progress", "completed"]
-        out = (state.audit.job_dir(job_id) / "subscriber.out").read_text()
-        assert [e["event"] for e in json_lines(out)] == ["started", "progress", "completed"]
+        # the state dir's one supervisor received each, once
+        received = state.audit.read_events(job_id, kind="received")
+        assert [e["event"] for e in received] == ["started", "progress", "completed"]
     assert set(panes) == {f"dlg-{j}" for j in ids}
     ps = json_lines(run_cli(home, "ps", "--json", "--limit", "20", env=tmux_env).stdout)
     assert len(ps) == 20
@@ -533,20 +534,28 @@ def test_a_supervisor_that_dies_before_it_is_ready_fails_the_submit_and_starts_n
     """On a broker the submit blocks on the supervisor's ready pipe; a supervisor that exits
     first (here: no broker listens) ends the pipe without its byte. The submit says so in one
     line with the supervisor's own reason, the job ends launch_failed, and nothing was started:
-    no tmux session, no session row, no supervisor, no open job."""
+    no tmux session, no session row, no supervisor, no open job. A job on a broker of its own
+    (`--bus`) finds it out before its agent starts, in the broker's words."""
     from .mqtt_fixtures import free_port
 
     bus = f"mqtt://127.0.0.1:{free_port()}"
-    refused = submit_shell(home, tmux_env, tmp_path, "echo never", "--no-wait", "--bus", bus)
+    refused = submit_shell(
+        home, {**tmux_env, "DELEGATE_BUS": bus}, tmp_path, "echo never", "--no-wait"
+    )
     assert_one_line_error(refused)
-    assert "exited before it was ready: broker 127.0.0.1" in refused.stderr
+    assert "exited before it listened: broker 127.0.0.1" in refused.stderr
     assert "refused the connection" in refused.stderr
     (job,) = open_state(home).registry.list()
     assert job.status is JobState.ERROR and job.error.startswith("launch_failed: ")
+    own = submit_shell(home, tmux_env, tmp_path, "echo never", "--no-wait", "--bus", bus)
+    assert_one_line_error(own)
+    assert "broker 127.0.0.1" in own.stderr and "refused the connection" in own.stderr
+    second = next(j for j in open_state(home).registry.list() if j.job_id != job.job_id)
+    assert second.status is JobState.ERROR and second.error.startswith("launch_failed: ")
     assert f"job {job.job_id} ended launch_failed" in refused.stderr
+    assert f"job {second.job_id} ended launch_failed" in own.stderr
     assert SessionInventory(open_state(home).layout.sessions_db).list() == []
     assert Tmux(tmux_env["DELEGATE_TMUX_SOCKET"]).panes(owned_only=False) == []
-    assert not (home / "logs" / job.job_id / "subscriber.ready").exists()
     listed = run_cli(home, "ps", "--json", "--limit", "0", env=tmux_env)
     assert listed.returncode == 0 and listed.stdout == ""
 
@@ -554,38 +563,45 @@ def test_a_supervisor_that_dies_before_it_is_ready_fails_the_submit_and_starts_n
 def test_on_a_broker_submit_returns_once_the_supervisor_said_it_is_ready(
     home: Path, tmux_env, tmp_path: Path, broker
 ):
-    """The supervisor writes its pid file, then its byte on the pipe: a submit --no-wait that
-    returned has seen the byte, so the file is there at once, and no event was missed."""
+    """The supervisor says who it is in its lock file, then writes its byte on the pipe: a
+    submit --no-wait that returned has seen the byte, so it is there at once, and no event was
+    missed."""
+    from delegate.services.supervisor import running_supervisor
+
     env = {**tmux_env, "DELEGATE_BUS": broker.url}
     done = submit_shell(home, env, tmp_path, "echo hi", "--no-wait", "--json")
     assert done.returncode == 0, done.stderr
     job_id = json.loads(done.stdout)["job_id"]
-    ready = home / "logs" / job_id / "subscriber.ready"
-    assert ready.exists()  # no retry: it was written before submit could return
-    assert alive(int(ready.read_text()))
     state = open_state(home)
+    supervisor = running_supervisor(state)  # no retry: it said so before submit could return
+    assert supervisor is not None and alive(supervisor)
     retry_until(lambda: state.registry.get(job_id).status.terminal, timeout=60)
     assert state.registry.get(job_id).status is JobState.COMPLETED
+    retry_until(lambda: len(state.audit.read_events(job_id, "received")) >= 2)  # (the supervisor)
     received = [e["event"] for e in state.audit.read_events(job_id, "received")]
     assert received[0] == "started" and received[-1] == "completed"
 
 
 def test_on_sqlite_a_late_supervisor_loses_no_event_so_no_one_waits_for_it(home: Path):
-    """Every event of a job published before its supervisor starts reaches it: the SQLite bus
-    keeps them. So the supervisor is started without a ready pipe, and start returns at once."""
-    from delegate.services.jobs.launch import start_detached_supervisor
+    """Every event of an open job published before the supervisor starts reaches it: the
+    SQLite bus keeps them. So the supervisor is started without a ready pipe, start returns at
+    once, and it leaves a moment after the job's end (`DELEGATE_SUPERVISOR_QUIET_S`)."""
+    from delegate.services.supervisor import ensure_supervisor
 
     job_id = run_cli(home, "register", "--cmd", "true").stdout.strip()
-    for event in ("started", "progress", "completed"):
+    for event in ("started", "progress"):
         published = run_cli(home, "publish", "--job", job_id, "--event", event)
         assert published.returncode == 0, published.stderr
-    state = open_state(home)
-    process = start_detached_supervisor(state, job_id)
-    assert "--ready-fd" not in process.args  # type: ignore[operator]
-    assert process.wait(timeout=60) == 0
+    state = State.open(env={"DELEGATE_HOME": str(home), "DELEGATE_SUPERVISOR_QUIET_S": "0.2"})
+    pid = ensure_supervisor(state)
+    assert pid is not None and ensure_supervisor(state) is None  # one, never two
+    assert "--ready-fd" not in Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+    retry_until(lambda: len(state.audit.read_events(job_id, "received")) == 2, timeout=30)
+    assert run_cli(home, "publish", "--job", job_id, "--event", "completed").returncode == 0
+    retry_until(lambda: len(state.audit.read_events(job_id, "received")) == 3, timeout=30)
     received = [e["event"] for e in state.audit.read_events(job_id, "received")]
     assert received == ["started", "progress", "completed"]
-    assert (home / "logs" / job_id / "subscriber.ready").exists()
+    retry_until(lambda: not alive(pid), timeout=30)  # no open job: it left
 
 
 # Runs `delegate publish` in-process, then names which of the direct path's modules it loaded.

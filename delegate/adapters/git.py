@@ -8,12 +8,14 @@ reported once; the lock file is never removed here.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -161,13 +163,62 @@ class Worktree(NamedTuple):
     prunable: bool = False
 
 
+# One `git worktree` command at a time per repository: git writes a new worktree's entry under
+# .git/worktrees/ in several steps, and another git reading the list meanwhile fails ("failed to
+# read .git/worktrees/<id>/commondir"). Ours take the repository's lock (a file in its common
+# git folder, flock); a failure of that kind from someone else's git is tried again.
+WORKTREES_LOCK = "delegate-worktrees.lock"
+WORKTREES_LOCK_WAIT_S = 120.0
+_HALF_WRITTEN = re.compile(r"failed to read .*worktrees/|is not a valid worktree|commondir")
+HALF_WRITTEN_TRIES = 5
+
+
+@contextlib.contextmanager
+def worktrees_locked(repo: Path) -> Iterator[None]:
+    """Hold `repo`'s worktree lock (waiting for it, bounded)."""
+    common = Path(out(repo, "rev-parse", "--git-common-dir"))
+    if not common.is_absolute():
+        common = Path(repo) / common
+    fd = os.open(common / WORKTREES_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        deadline = time.monotonic() + WORKTREES_LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise GitLockHeld(
+                        f"another worktree change in {repo} took over {WORKTREES_LOCK_WAIT_S:g} s"
+                    ) from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _worktree(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    """`git worktree ARGS` under the repository's lock; tried again when another git left an
+    entry half written."""
+    with worktrees_locked(repo):
+        for attempt in range(HALF_WRITTEN_TRIES):
+            done = run(repo, "worktree", *args, check=False)
+            half = _HALF_WRITTEN.search(done.stderr.decode("utf-8", "replace"))
+            if done.returncode == 0 or half is None or attempt + 1 == HALF_WRITTEN_TRIES:
+                break
+            time.sleep(0.05 * (attempt + 1))
+    if check and done.returncode != 0:
+        raise GitError(f"git worktree failed in {repo}: {first_line(done.stderr)}")
+    return done
+
+
 def worktree_add(repo: Path, path: Path, branch: str, base: str) -> None:
     """A new worktree at `path` on the new branch `branch`, made from commit `base`."""
-    run(repo, "worktree", "add", "--quiet", "-b", branch, "--", str(path), base)
+    _worktree(repo, "add", "--quiet", "-b", branch, "--", str(path), base)
 
 
 def worktree_list(repo: Path) -> list[Worktree]:
-    return parse_worktrees(run(repo, "worktree", "list", "--porcelain", "-z").stdout)
+    return parse_worktrees(_worktree(repo, "list", "--porcelain", "-z").stdout)
 
 
 def parse_worktrees(data: bytes) -> list[Worktree]:
@@ -197,7 +248,7 @@ def parse_worktrees(data: bytes) -> list[Worktree]:
 
 def worktree_remove(repo: Path, path: Path) -> None:
     """Remove a clean worktree; git itself refuses a dirty one (never --force)."""
-    run(repo, "worktree", "remove", "--", str(path))
+    _worktree(repo, "remove", "--", str(path))
 
 
 def branch_delete_merged(repo: Path, branch: str) -> str | None:
@@ -358,16 +409,16 @@ def size_on_disk(path: Path) -> int:
 
 def worktree_add_detached(repo: Path, path: Path, commit: str) -> None:
     """A temporary worktree at `path` on a detached HEAD at `commit` (no branch is made)."""
-    run(repo, "worktree", "add", "--quiet", "--detach", "--", str(path), commit)
+    _worktree(repo, "add", "--quiet", "--detach", "--", str(path), commit)
 
 
 def worktree_discard(repo: Path, path: Path) -> None:
     """Remove a temporary merge worktree this toolkit made, whatever it holds (an aborted
     merge, a check's build output). The one `--force`: only ever for these, never a job's."""
-    run(repo, "worktree", "remove", "--force", "--", str(path), check=False)
+    _worktree(repo, "remove", "--force", "--", str(path), check=False)
     if path.exists():
         shutil.rmtree(path, ignore_errors=True)
-    run(repo, "worktree", "prune", check=False)
+    _worktree(repo, "prune", check=False)
 
 
 def is_ancestor(repo: Path, older: str, newer: str) -> bool:

@@ -45,6 +45,7 @@ JAVA_HOME_ENV = "JAVA_HOME"
 REPORT_WARM_ENV = "DELEGATE_REPORT_WARM_S"
 PUBLISH_WARM_ENV = "DELEGATE_PUBLISH_WARM_S"
 MCP_WARM_ENV = "DELEGATE_MCP_WARM_S"
+SUPERVISOR_QUIET_ENV = "DELEGATE_SUPERVISOR_QUIET_S"
 RATE_LIMIT_JITTER_ENV = "DELEGATE_RATE_LIMIT_JITTER_S"
 PATH_ENV = "PATH"
 # What an agent gets of its submitter's environment besides PATH (services/jobs/agent_env).
@@ -56,6 +57,7 @@ DEFAULT_TMUX_TMPDIR = "/tmp"  # noqa: S108 - where tmux itself looks
 DEFAULT_REPORT_WARM_S = 300.0
 DEFAULT_PUBLISH_WARM_S = 120.0
 DEFAULT_MCP_WARM_S = 600.0  # the state dir's MCP nursery (entry/mcp_nursery)
+DEFAULT_SUPERVISOR_QUIET_S = 60.0  # the state dir's supervisor (runtime/supervisor)
 
 
 class EnvVar:
@@ -153,6 +155,12 @@ ENV_VARS = (
         " codex job's warm `delegate mcp`) stays up, idle; `0`: each job loads the SDK itself",
     ),
     EnvVar(
+        SUPERVISOR_QUIET_ENV,
+        f"`{DEFAULT_SUPERVISOR_QUIET_S:g}`",
+        "seconds the state dir's supervisor (started by the first command that needs it) stays"
+        " up with no open job",
+    ),
+    EnvVar(
         RATE_LIMIT_JITTER_ENV,
         "`5`",
         "at most how many seconds past its limit's reset a rate-limited attempt resumes (a random"
@@ -214,6 +222,12 @@ def mcp_warm_s(env: Mapping[str, str]) -> float:
     """`$DELEGATE_MCP_WARM_S` of `env`: how long the state dir's MCP nursery waits for the next
     job (entry/mcp_nursery); ConfigError for what is no number of seconds."""
     return _seconds(env, MCP_WARM_ENV, DEFAULT_MCP_WARM_S)
+
+
+def supervisor_quiet_s(env: Mapping[str, str]) -> float:
+    """`$DELEGATE_SUPERVISOR_QUIET_S` of `env`: how long a started supervisor stays with no open
+    job (services/supervisor); ConfigError for what is no number of seconds."""
+    return _seconds(env, SUPERVISOR_QUIET_ENV, DEFAULT_SUPERVISOR_QUIET_S)
 
 
 def rate_limit_jitter_s(env: Mapping[str, str]) -> float | None:

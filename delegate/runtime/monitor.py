@@ -1,8 +1,13 @@
-"""`delegate monitor`: keep the books true for every job, even when its own subscriber died.
+"""The state dir's supervisor (`delegate monitor`, or started on demand: runtime/supervisor):
+one process follows every open job.
 
-It listens to every job's events on each bus in use (live only: on MQTT no retained outcome of a
-past job is replayed on reconnect) and applies them through the reconcile policy, and each
-interval makes one pass over the open jobs, the live session rows and one tmux query per socket.
+It listens to every job's events on each bus in use and applies them (audited as received,
+each once), and each interval makes one pass over the open jobs, the live session rows and one
+tmux query per socket. Holding the state dir's supervisor.lock (services/supervisor) it is the
+state dir's supervisor: its subscriptions keep a cursor (SQLite) or a persistent session
+(MQTT), so whoever holds the lock next reads on where it stopped; it leaves after `quiet_s`
+with no open job. A monitor that cannot take the lock (another person's monitor holds it)
+listens live only and leaves the events to the holder.
 A pass comes early when a deadline falls due, when a queued job's `not_before` passes (a retry's
 backoff, a rate limit's reset: it is launched at that time, not at the next interval), when a
 state-changing event arrives, and the moment a watched wrapper process exits: the monitor holds
@@ -18,7 +23,7 @@ import os
 import select
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,9 +38,11 @@ from delegate.core.policy import PolicySettings, SeenEvent, next_deadline_s
 from delegate.core.protocol import Accepted, Receiver
 from delegate.services.jobs.notify import notify, wait_for_notifiers
 from delegate.services.jobs.retry import follow_up
+from delegate.services.jobs.watch import audit_received, audit_rejected
 from delegate.services.reconciler import Done, Reconciler
 from delegate.services.remote import HostBook, PresenceWatch, mqtt_settings, refresh_presence
 from delegate.services.state import State, with_own_credentials
+from delegate.services.supervisor import consumer_name, hold, running_supervisor, take_over
 from delegate.services.worktrees import over_limits
 
 log = get_logger(__name__)
@@ -54,10 +61,24 @@ class Monitor:
         interval_s: float = DEFAULT_INTERVAL_S,
         settings: PolicySettings | None = None,
         report: Callable[[Done], None] = lambda done: None,
+        lock: int | None = None,
+        quiet_s: float | None = None,
+        actor: str = "monitor",
     ) -> None:
         self.state = state
         self.interval_s = interval_s
-        self.reconciler = Reconciler(state, settings=settings, actor="monitor", report=report)
+        # the state dir's supervisor.lock, held: this is the state dir's supervisor (durable
+        # subscriptions, events applied and audited here); None: a monitor beside it
+        self.lock = lock
+        self.quiet_s = quiet_s  # leave after this long with no open job (None: never)
+        self._quiet_since: float | None = None
+        # buses whose cursor this process began, and where: their open jobs' histories are
+        # caught up to there (the cursor reads on from it)
+        self._fresh_cursors: dict[str, int] = {}
+        self._ended: dict[str, Receiver] = {}  # the supervisor's receivers of ended jobs
+        self._ended_elsewhere = False  # a job's last word seen after its publisher ended it
+        # who acts, in the audit: "monitor" (a person's), or "supervisor:PID" (one started)
+        self.reconciler = Reconciler(state, settings=settings, actor=actor, report=report)
         self._subscriptions: dict[str, Subscription] = {}
         self._buses: dict[str, Any] = {}
         self._receivers: dict[str, Receiver | None] = {}
@@ -136,8 +157,10 @@ class Monitor:
         urls.update(self.state.bus_url_for(j) for j in jobs)
         return urls
 
-    def _subscribe(self, jobs: list[Job]) -> None:
-        """A live all-jobs subscription on every bus an open job uses (new ones as they come)."""
+    def _subscribe(self, jobs: list[Job], *, strict: bool = False) -> None:
+        """An all-jobs subscription on every bus an open job uses (new ones as they come).
+        `strict`: a started supervisor that cannot listen on the state dir's own bus says why
+        and ends (its starter waits for it to listen), instead of trying again at each pass."""
         for url in self._bus_urls(jobs):
             if url in self._subscriptions:
                 continue
@@ -146,17 +169,37 @@ class Monitor:
                     with_own_credentials(url, self.state.env.get(BUS_ENV)),
                     env=self.state.env,
                 )
-                self._subscriptions[url] = bus.subscribe(None, live_only=True)
+                if self.lock is None:
+                    self._subscriptions[url] = bus.subscribe(None, live_only=True)
+                else:
+                    self._subscriptions[url] = self._durable(bus, url)
                 self._buses[url] = bus
             except DelegateError as exc:
+                if strict and url == self.state.default_bus_url():
+                    raise
                 log.warning("monitor: not listening on %s yet: %s", url, exc)
 
+    def _durable(self, bus: Any, url: str) -> Subscription:
+        """The supervisor's subscription on `url`: it reads on from the state dir's cursor
+        there (SQLite) or its persistent session (MQTT). A first cursor begins at the bus's end:
+        what open jobs said before is caught up from their histories (`_catch_up`)."""
+        consumer = consumer_name(self.state, url)
+        if url.startswith("sqlite:") and bus.cursor(consumer) is None:
+            start = bus.last_seq()
+            bus.set_cursor(consumer, start)
+            self._fresh_cursors[url] = start
+        subscription: Subscription = bus.subscribe(None, consumer=consumer)
+        return subscription
+
     def _catch_up(self, jobs: list[Job]) -> list[SeenEvent]:
-        """Events of open jobs already on an embedded bus (published while no one listened)."""
+        """Events of open jobs already on an embedded bus (published while no one listened);
+        none where the supervisor's cursor reads on from where the last one stopped."""
         seen: list[SeenEvent] = []
         by_url: dict[str, list[Job]] = {}
         for job in jobs:
             url = self.state.bus_url_for(job)
+            if self.lock is not None and url not in self._fresh_cursors:
+                continue
             if url.startswith("sqlite:") and job.status is not JobState.QUEUED:
                 by_url.setdefault(url, []).append(job)
         for url, group in by_url.items():
@@ -166,52 +209,56 @@ class Monitor:
                 log.warning("monitor: could not read the history on %s: %s", url, exc)
                 continue
             try:
+                until = self._fresh_cursors.get(url) if self.lock is not None else None
                 for job in group:
-                    sub = bus.subscribe(job.job_id)
-                    try:
-                        while (message := sub.get(timeout=0)) is not None:
-                            event = self._accept(message.job_id, message.payload)
-                            if event is not None:
-                                seen.append(event)
-                    finally:
-                        sub.close()
+                    seen.extend(self._history(bus, job.job_id, until))
             except DelegateError as exc:
                 log.warning("monitor: could not read the history on %s: %s", url, exc)
             finally:
                 bus.close()
         return seen
 
+    def _history(self, bus: Any, job_id: str, until: int | None) -> list[SeenEvent]:
+        """One job's events on `bus`, up to bus seq `until` (None: all): what the supervisor's
+        cursor reads from there on is not read twice."""
+        seen = []
+        sub = bus.subscribe(job_id)
+        try:
+            while (message := sub.get(timeout=0)) is not None:
+                if until is not None and int(message.handle) > until:
+                    break
+                event = self._accept(message.job_id, message.payload)
+                if event is not None:
+                    seen.append(event)
+        finally:
+            sub.close()
+        return seen
+
     def _accept(self, job_id: str, payload: bytes) -> SeenEvent | None:
         """Verify one message of an open job; None for anything else (not ours to audit)."""
-        if job_id not in self._receivers:
-            try:
-                job = self.state.registry.get(job_id)
-            except DelegateError:
-                self._receivers[job_id] = None
-                return None
-            self._receivers[job_id] = (
-                None if job.status.terminal else Receiver(job_id, job.auth_token)
-            )
-            if job.host:
-                self._hosted.add(job_id)
-        if job_id in self._hosted and self._receivers[job_id] is not None:
-            with contextlib.suppress(DelegateError):
-                if self.state.registry.get(job_id).status.terminal:
-                    self._receivers[job_id] = None  # failed host_lost by a pass meanwhile
-        receiver = self._receivers[job_id]
+        receiver = self._receiver_for(job_id)
         if receiver is None:
             self._late(job_id, payload)
             return None
         verdict = receiver.check(payload)
         if not isinstance(verdict, Accepted):
-            log.debug("monitor: dropped a message of job %s: %s", job_id, verdict.reason)
+            if self.lock is not None:  # the supervisor: on record
+                audit_rejected(self.state, job_id, payload, verdict)
+            else:
+                log.debug("monitor: dropped a message of job %s: %s", job_id, verdict.reason)
             return None
         envelope = verdict.envelope
         try:
             job = self.state.registry.get(job_id)
+            if self.lock is not None:  # the supervisor: on record once, and the record on
+                audit_received(self.state, job_id, verdict)
+                event = EventType(verdict.event)
+                if not event.terminal:  # the idle clock, `started` (an ending: the policy's)
+                    detail = str(envelope.get("detail", ""))
+                    self.state.registry.apply_event(job_id, event, detail=detail)
             notify(self.state, job, envelope, actor="monitor")
         except DelegateError as exc:
-            log.warning("monitor: could not notify for job %s: %s", job_id, exc)
+            log.warning("monitor: could not apply an event of job %s: %s", job_id, exc)
         if verdict.event in ("completed", "error"):
             # anything after the terminal event is late: audited as such, never applied (a
             # redelivery of what was accepted here is a duplicate, and dropped)
@@ -219,26 +266,66 @@ class Monitor:
             late = Receiver(job_id, receiver.token)
             late.seen = set(receiver.seen)
             self._late_receivers[job_id] = late
+            if self.lock is not None:  # what comes after it is rejected on record, as such
+                self._ended[job_id] = receiver
         return SeenEvent(job_id, verdict.event, verdict.seq, str(envelope.get("detail", "")))
+
+    def _receiver_for(self, job_id: str) -> Receiver | None:
+        """The receiver of an open job's messages; None once it ended (or for no job)."""
+        if job_id not in self._receivers:
+            try:
+                job = self.state.registry.get(job_id)
+            except DelegateError:
+                self._receivers[job_id] = None
+                return None
+            self._receivers[job_id] = None if job.status.terminal else self._receiver(job)
+            if job.host:
+                self._hosted.add(job_id)
+        if job_id in self._hosted and self._receivers[job_id] is not None:
+            with contextlib.suppress(DelegateError):
+                if self.state.registry.get(job_id).status.terminal:
+                    self._receivers[job_id] = None  # failed host_lost by a pass meanwhile
+        return self._receivers[job_id]
+
+    def _receiver(self, job: Job) -> Receiver:
+        """A job's receiver; the supervisor's knows the seqs already audited as received (by
+        the one before it, which may have died before its cursor moved on): none twice."""
+        receiver = Receiver(job.job_id, job.auth_token)
+        if self.lock is not None:
+            for line in self.state.audit.read_events(job.job_id, kind="received"):
+                if isinstance(line.get("seq"), int):
+                    receiver.seen.add(line["seq"])
+        return receiver
 
     def _late(self, job_id: str, payload: bytes) -> None:
         """An event of a job that has ended (a host that comes back with what its agent said
         meanwhile, an agent on another machine reporting after a pass failed its job): verified
         and audited as a late event with its envelope (`delegate logs` shows them); the state
         stays. One the job's own record counted (its seq allocated before the job ended, which
-        this monitor only saw after) is not late."""
+        this monitor only saw after) is not late. All of it the supervisor's to put on record:
+        a monitor beside it would say it twice."""
+        if self.lock is None:
+            return
+        finished = self._ended.get(job_id)
+        if finished is not None:  # the supervisor saw its end: anything after, on record
+            rejected = finished.check(payload)
+            if not isinstance(rejected, Accepted):
+                audit_rejected(self.state, job_id, payload, rejected)
         try:
             job = self.state.registry.get(job_id)
         except DelegateError:
             return
         if not job.status.terminal:
             return
-        late = self._late_receivers.setdefault(job_id, Receiver(job_id, job.auth_token))
+        late = self._late_receivers.get(job_id)
+        if late is None:
+            late = self._late_receivers[job_id] = self._receiver(job)
         verdict = late.check(payload)
         if not isinstance(verdict, Accepted):
             return
         if verdict.seq <= job.last_seq and not job.host:
-            return  # published here before the job ended: its subscribers had it in time
+            self._received_after_its_end(job, verdict)
+            return
         ended = f"{job.status.value}: {job.error}" if job.error else job.status.value
         where = {"host": job.host} if job.host else {}
         self.state.audit.append(
@@ -250,6 +337,18 @@ class Monitor:
             envelope=verdict.envelope,
             note=f"arrived after the job ended {ended}; its state stays",
         )
+
+    def _received_after_its_end(self, job: Job, verdict: Accepted) -> None:
+        """An event published here before the job ended, seen after its publisher ended it:
+        on record as received, its notifications sent, as for any event; and a pass at once
+        when it was the job's last word (its next attempt, its session, the queue behind)."""
+        audit_received(self.state, job.job_id, verdict)
+        try:
+            notify(self.state, job, verdict.envelope, actor="monitor")
+        except DelegateError as exc:
+            log.warning("monitor: could not notify for job %s: %s", job.job_id, exc)
+        if EventType(verdict.event).terminal:
+            self._ended_elsewhere = True
 
     def _poll_events(self) -> list[SeenEvent]:
         seen = []
@@ -347,11 +446,40 @@ class Monitor:
                 waits.append(due + DUE_AFTER_S)
         return min(waits)
 
-    def run(self, *, once: bool = False) -> int:
+    def _leaves(self, jobs: list[Job]) -> bool:
+        """Whether the supervisor is done: its state dir is gone, or no job was open for
+        `quiet_s`. It lets go of the lock before it looks a last time, so a job registered
+        by a command that found the lock still held is seen here, and followed."""
+        if not self.state.layout.home.is_dir():
+            return True
+        if self.quiet_s is None or self.lock is None or jobs:
+            self._quiet_since = None
+            return False
+        now = time.monotonic()
+        if self._quiet_since is None:
+            self._quiet_since = now
+        if now - self._quiet_since < self.quiet_s:
+            return False
+        import fcntl  # fcntl: only a supervisor leaving lets go of its lock
+
+        fcntl.flock(self.lock, fcntl.LOCK_UN)
+        if not self.state.registry.open_jobs():
+            return True
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True  # another was started meanwhile: it follows them
+        hold(self.lock, "started")
+        self._quiet_since = None
+        return False
+
+    def run(self, *, once: bool = False, on_ready: Callable[[], None] | None = None) -> int:
         jobs = self.state.registry.open_jobs()
         self._watch_presence(jobs, once=once)
         if not once:
-            self._subscribe(jobs)
+            self._subscribe(jobs, strict=on_ready is not None)
+        if on_ready is not None:
+            on_ready()
         events = self._catch_up(jobs)
         self.run_pass(events)
         if once:
@@ -367,11 +495,15 @@ class Monitor:
                 # apply at once (no tmux needed), then a full pass for sessions and the queue
                 self.reconciler.run_pass(events=changing, sockets=())
                 woke = woke or any(EventType(e.event).terminal for e in changing)
+            if self._ended_elsewhere:
+                self._ended_elsewhere, woke = False, True
             if woke or time.monotonic() >= next_pass:
                 jobs = self.state.registry.open_jobs()
                 self._watch_presence(jobs, once=False)  # hosts' presence, and whether heard
                 self.run_pass()
                 self._subscribe(jobs)
+                if self._leaves(jobs):
+                    break
                 next_pass = time.monotonic() + self._next_deadline()
         return 0
 
@@ -387,11 +519,31 @@ def run_monitor(
     """Run the monitor until SIGTERM/SIGINT (exit 0), or one pass with `once`."""
     if interval_s <= 0:
         raise UsageError("--interval must be a positive number of seconds")
-    monitor = Monitor(state, interval_s=interval_s, settings=settings, report=report)
+    lock = None
+    if not once:  # the state dir's supervisor from now: a started one is asked to leave
+        state.layout.home.mkdir(parents=True, exist_ok=True)
+        lock = take_over(state)
+        if lock is None:
+            log.warning(
+                "another monitor follows this state dir (pid %s): this one runs beside it",
+                running_supervisor(state),
+            )
+        else:
+            hold(lock, "foreground")
+    monitor = Monitor(state, interval_s=interval_s, settings=settings, report=report, lock=lock)
+    with serve_signals(monitor):
+        try:
+            return monitor.run(once=once)
+        finally:
+            monitor.close()
+
+
+@contextlib.contextmanager
+def serve_signals(monitor: Monitor) -> Iterator[None]:
+    """SIGTERM and SIGINT ask `monitor` to finish its pass and stop (exit 0)."""
     previous = {sig: signal.signal(sig, monitor.stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return monitor.run(once=once)
+        yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        monitor.close()

@@ -1,53 +1,54 @@
-"""The detached subscriber of `delegate submit --no-wait` (`python -m delegate.runtime.supervisor`).
+"""The state dir's supervisor (`python -m delegate.runtime.supervisor --lock-fd N`): the
+monitor, started by whoever needs it (services/supervisor), holding the state dir's
+supervisor.lock on N for its life.
 
-Started without typer so it is listening sooner; writes one JSON line per accepted event on
-stdout (logs/<job_id>/subscriber.out) and exits with watch's codes.
+Started without typer. It follows every open job of the state dir (runtime/monitor): one
+all-jobs subscription per bus, with a cursor of its own (SQLite) or a persistent session
+(MQTT), so a supervisor that takes over reads on where the last one stopped; a pass over the
+open jobs with one tmux query per server; the deadlines; the queue. It ends after
+`$DELEGATE_SUPERVISOR_QUIET_S` seconds (60) with no open job, when its state dir is removed, or
+on SIGTERM (a person's `delegate monitor` asking it to leave).
 
-`--ready-fd N`: an inherited pipe its starter blocks on; once subscribed, the supervisor writes
-one byte to it and closes it, so the starter learns at once that no event can be missed, and an
-end of file without that byte tells it the supervisor died first (its reason is the last line of
-logs/<job_id>/subscriber.log). Once subscribed it also records its pid in
-logs/<job_id>/subscriber.ready, for whoever wants to know which process looks after the job.
-
-It follows the job to its end through a supervising watcher (services/jobs/watch), which also
-launches it when it waits queued (a slot frees, its `not_before` passes) and, once it ended,
-makes its next attempt when its rule asks for one (services/jobs/retry.follow_up).
+`--ready-fd M`: an inherited pipe its starter blocks on (on a broker, which keeps nothing for a
+late listener); once it listens it writes one byte there and closes it, so the starter knows no
+event can be missed, and an end of file without that byte says it died first (its reason is
+the last line of supervisor.log).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
-from delegate.adapters.fsio import atomic_write
-from delegate.adapters.terminal import print_json
 from delegate.config import logsetup
-from delegate.core.errors import guarded
-from delegate.services.jobs.launch import READY_BYTE
-from delegate.services.jobs.notify import wait_for_notifiers
-from delegate.services.jobs.submit import supervise
+from delegate.config.settings import supervisor_quiet_s
+from delegate.core.errors import UsageError, guarded
+from delegate.core.policy import PolicySettings
+from delegate.runtime.monitor import DEFAULT_INTERVAL_S, Monitor, serve_signals
 from delegate.services.state import State
+from delegate.services.supervisor import READY_BYTE, hold
 
-USAGE = "usage: python -m delegate.runtime.supervisor JOB_ID [--ready-fd N]"
-
-
-def parse_args(argv: list[str]) -> tuple[str, int | None] | None:
-    """(job id, the ready pipe's fd or None), or None for arguments it does not take."""
-    if len(argv) == 1:
-        return argv[0], None
-    if len(argv) == 3 and argv[1] == "--ready-fd" and argv[2].isdigit():
-        return argv[0], int(argv[2])
-    return None
+USAGE = "delegate: usage: python -m delegate.runtime.supervisor --lock-fd N [--ready-fd M]"
 
 
-def say_ready(pid_file: Path, ready_fd: int | None) -> None:
-    atomic_write(pid_file, f"{os.getpid()}\n".encode())
-    if ready_fd is not None:
-        try:
-            os.write(ready_fd, READY_BYTE)
-        finally:
-            os.close(ready_fd)
+def parse_args(argv: list[str]) -> tuple[int, int | None] | None:
+    """(the lock's fd, the ready pipe's fd or None), or None for arguments it does not take."""
+    numbers = dict(zip(argv[::2], argv[1::2], strict=False))
+    if len(argv) % 2 or not numbers.keys() <= {"--lock-fd", "--ready-fd"}:
+        return None
+    if "--lock-fd" not in numbers or not all(v.isdigit() for v in numbers.values()):
+        return None
+    ready = numbers.get("--ready-fd")
+    return int(numbers["--lock-fd"]), int(ready) if ready is not None else None
+
+
+def say_ready(ready_fd: int | None) -> None:
+    if ready_fd is None:
+        return
+    try:
+        os.write(ready_fd, READY_BYTE)
+    finally:
+        os.close(ready_fd)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,21 +58,32 @@ def main(argv: list[str] | None = None) -> int:
     if parsed is None:
         print(USAGE, file=sys.stderr)
         return 64
-    job_id, ready_fd = parsed
+    lock, ready_fd = parsed
 
-    def watch_to_the_end() -> int:
-        state = State.open()
-        pid_file = state.audit.job_dir(job_id) / "subscriber.ready"
+    def supervise() -> int:
         try:
-            # (the watcher makes its next attempt, when its rule asks for one, as it ends)
-            outcome = supervise(
-                state, job_id, emit=print_json, on_ready=lambda: say_ready(pid_file, ready_fd)
-            )
-        finally:
-            wait_for_notifiers()
-        return outcome.exit_code
+            os.fstat(lock)
+        except OSError:
+            raise UsageError(
+                f"--lock-fd {lock} is no open descriptor (its starter passes one)"
+            ) from None
+        state = State.open()
+        hold(lock, "started")
+        monitor = Monitor(
+            state,
+            interval_s=DEFAULT_INTERVAL_S,
+            settings=PolicySettings(),
+            lock=lock,
+            quiet_s=supervisor_quiet_s(state.env),
+            actor=f"supervisor:{os.getpid()}",
+        )
+        with serve_signals(monitor):
+            try:
+                return monitor.run(on_ready=lambda: say_ready(ready_fd))
+            finally:
+                monitor.close()
 
-    return guarded(watch_to_the_end)
+    return guarded(supervise)
 
 
 if __name__ == "__main__":

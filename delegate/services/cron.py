@@ -35,11 +35,12 @@ from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import JobState
 from delegate.core.policy import LaunchJob
 from delegate.services.jobs.jobfile import merge_job_file
-from delegate.services.jobs.launch import launcher_alive, start_detached_supervisor
+from delegate.services.jobs.launch import launcher_alive
 from delegate.services.jobs.submit import SubmitRequest, read_prompt, submit, submit_remote
 from delegate.services.reconciler import Reconciler
 from delegate.services.remote import ASSIGNMENT_FILE, save_assignment
 from delegate.services.state import State
+from delegate.services.supervisor import ensure_supervisor
 
 MARKER = "# delegate:"
 CATCH_UP = ("skip", "once")
@@ -572,7 +573,7 @@ def _launch_abandoned(state: State, job_id: str) -> bool:
     )
     if not done:
         return False
-    start_detached_supervisor(state, job_id)
+    ensure_supervisor(state)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and state.registry.get(job_id).status.value == "pending":
         time.sleep(0.02)

@@ -22,7 +22,7 @@ from delegate.adapters.sqlite_schema import ensure_schema, statements
 from delegate.core.errors import BusError
 
 BLOB_THRESHOLD = 4096
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 10_000
 BATCH = 256
 
@@ -42,7 +42,11 @@ CREATE TABLE IF NOT EXISTS cursors (
     last_seq INTEGER NOT NULL,
     updated_ms INTEGER NOT NULL
 );
+INSERT OR IGNORE INTO cursors (consumer, last_seq, updated_ms)
+    SELECT 'supervisor', COALESCE(MAX(seq), 0), 0 FROM messages;
 """
+# (the state dir's supervisor's cursor: on a new bus from its first message, so no event is
+# missed by a supervisor that starts late; on a bus of an older version, from its end)
 
 
 def _connect(path: Path, *, shared: bool = False) -> sqlite3.Connection:
@@ -136,6 +140,25 @@ class SqliteBus:
             self._live().execute("SELECT COUNT(*) FROM cursors").fetchone()
         except sqlite3.Error as exc:
             raise BusError(f"the SQLite bus at {self.path} does not answer: {exc}") from None
+
+    def cursor(self, consumer: str) -> int | None:
+        """Where `consumer` read up to (None: it never read here)."""
+        row = (
+            self._live()
+            .execute("SELECT last_seq FROM cursors WHERE consumer = ?", (consumer,))
+            .fetchone()
+        )
+        return None if row is None else int(row[0])
+
+    def set_cursor(self, consumer: str, seq: int) -> None:
+        """Begin `consumer`'s cursor at `seq` (it reads what comes after), unless it has one."""
+        try:
+            self._live().execute(
+                "INSERT OR IGNORE INTO cursors (consumer, last_seq, updated_ms) VALUES (?, ?, ?)",
+                (consumer, seq, time.time_ns() // 1_000_000),
+            )
+        except sqlite3.Error as exc:
+            raise BusError(f"could not store the cursor of {consumer}: {exc}") from None
 
     def last_seq(self) -> int:
         row = self._live().execute("SELECT COALESCE(MAX(seq), 0) FROM messages").fetchone()

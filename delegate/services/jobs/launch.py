@@ -1,4 +1,4 @@
-"""Starting an admitted job in tmux, and the detached supervisor that looks after it.
+"""Starting an admitted job in tmux.
 
 Used by submit (a job that may start now) and by the reconciler (a queued job whose slot came
 free, or a job whose launcher died before tmux started it).
@@ -7,15 +7,12 @@ free, or a job whose launcher died before tmux started it).
 from __future__ import annotations
 
 import os
-import select
-import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from delegate.adapters.bus import keeps_history
 from delegate.adapters.groups import GroupBook
 from delegate.adapters.sessions_db import SessionError, SessionInventory
 from delegate.adapters.tmux import (
@@ -34,9 +31,6 @@ from delegate.core.model import Job, JobState, Session, SessionState
 from delegate.services import worktrees
 from delegate.services.jobs.finish import end_job
 from delegate.services.state import State
-
-READY_TIMEOUT_S = 15.0
-READY_BYTE = b"R"  # what the supervisor writes once subscribed (runtime/supervisor.py)
 
 
 def inventory(state: State) -> SessionInventory:
@@ -240,68 +234,3 @@ def claim_and_launch(
         end_job(state, job_id, JobState.ERROR, reason=reason, actor="launch", cause=cause)
         raise
     return job if started else None
-
-
-def start_detached_supervisor(state: State, job_id: str) -> subprocess.Popen[bytes]:
-    """Start `python -m delegate.runtime.supervisor` detached, and return once it is subscribed,
-    or at once where the job's bus keeps every event for a late subscriber (the SQLite bus: a
-    one-job subscription reads the job's whole history, so nothing published before it
-    subscribes is lost). On a broker, which drops what no one subscribed to, the supervisor says
-    it is subscribed by writing one byte to an inherited pipe; the end of the pipe without that
-    byte means it died first, and raises a DelegateError with its reason."""
-    job_dir = state.audit.job_dir(job_id, create=True)
-    (job_dir / "subscriber.ready").unlink(missing_ok=True)
-    wait = not keeps_history(state.bus_url_for(state.registry.get(job_id)))
-    read_fd, write_fd = os.pipe() if wait else (-1, -1)
-    argv = [sys.executable, "-m", "delegate.runtime.supervisor", job_id]
-    out = os.open(job_dir / "subscriber.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    err = os.open(job_dir / "subscriber.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    env = {**state.env, "DELEGATE_HOME": str(state.layout.home)}
-    try:
-        process = subprocess.Popen(
-            [*argv, "--ready-fd", str(write_fd)] if wait else argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            env=env,
-            start_new_session=True,  # outlives the terminal that submitted
-            close_fds=True,
-            pass_fds=(write_fd,) if wait else (),
-        )
-    except BaseException:
-        if wait:
-            os.close(read_fd)
-        raise
-    finally:
-        os.close(out)
-        os.close(err)
-        if wait:
-            os.close(write_fd)  # only the supervisor holds it now: its exit ends the pipe
-    if wait:
-        _await_ready(read_fd, process, job_id, job_dir / "subscriber.log")
-    return process
-
-
-def _await_ready(read_fd: int, process: subprocess.Popen[bytes], job_id: str, log: Path) -> None:
-    """Block on the supervisor's ready pipe (no polling): its byte, its end, or the timeout."""
-    try:
-        readable, _, _ = select.select([read_fd], [], [], READY_TIMEOUT_S)
-        said = os.read(read_fd, 1) if readable else None
-    finally:
-        os.close(read_fd)
-    if said is None:
-        process.kill()
-        raise DelegateError(f"the subscriber for job {job_id} was not ready in time")
-    if said != READY_BYTE:
-        raise DelegateError(
-            f"the subscriber for job {job_id} exited before it was ready{_last_words(log)}"
-        )
-
-
-def _last_words(log: Path) -> str:
-    """`: REASON`, the last line the supervisor wrote to its log, or nothing."""
-    try:
-        lines = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return f": {lines[-1].removeprefix('delegate: ')}" if lines else ""

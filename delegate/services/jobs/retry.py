@@ -357,6 +357,9 @@ def follow_attempts(
         if not job.retried_by:
             return result
         following = state.registry.get(job.retried_by)
+        while following.attempt is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # registered by the supervisor, its spec a registry write away
+            following = state.registry.get(following.job_id)
         note(attempt_note(job, following))
         result = follow_existing(state, following, wait=True, emit=emit, note=note)
     return result

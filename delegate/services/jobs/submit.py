@@ -1,10 +1,10 @@
 """Submitting a job to an agent in tmux, supervising it, and cancelling it.
 
 Order of a submit: register the job; write the prompt file; admit it under the cap (it may start
-now, or waits queued); start the subscriber and wait until it is subscribed (a ready file, no
-sleeping and hoping); start the wrapper in a tmux session. Whether the job has ended is never
-decided here: its events, `cancel` and the reconcile policy (through the supervising watcher)
-decide, and the exit status is read from the record.
+now, or waits queued); make sure the state dir's supervisor runs (services/supervisor: on a
+broker, listening before the agent starts); start the wrapper in a tmux session. Whether the
+job has ended is never decided here: its events, `cancel` and the reconcile policy (the
+supervisor's) decide, and the exit status is read from the record.
 """
 
 # No `from __future__ import annotations`: typing.NamedTuple would compile each string
@@ -43,7 +43,6 @@ from delegate.services.jobs.launch import (
     check_session_free,
     inventory,
     launch_in_tmux,
-    start_detached_supervisor,
     start_policy,
     this_launcher,
     tmux_for,
@@ -51,6 +50,7 @@ from delegate.services.jobs.launch import (
 from delegate.services.jobs.register import register_job
 from delegate.services.ps import waiting_reasons
 from delegate.services.state import State
+from delegate.services.supervisor import ensure_supervisor
 
 TYPE_CHECKING = False  # the watcher's module: only what follows a job loads it (_watcher)
 if TYPE_CHECKING:
@@ -587,17 +587,17 @@ def _follow_and_start(
     """Start following the job, then `start` it: launch it here, or assign it to its host. A
     start that fails ends the job `failure`.
 
-    Followed by a watcher (when waited for) or a detached supervisor that returns at once. Either
-    is subscribed before the agent can say anything, except a watcher on a bus that keeps every
-    event for a late subscriber (SQLite): that one is made once the job is launched, while its
-    wrapper starts up."""
+    The state dir's supervisor follows it (started here when none runs: services/supervisor),
+    and a follower too when it is waited for. Both listen before the agent can say anything,
+    except a follower on a bus that keeps every event for a late subscriber (SQLite): that one
+    is made once the job is launched, while its wrapper starts up."""
     late = wait and keeps_history(state.bus_url_for(job))
     watcher: Watcher | None = None
     try:
+        ensure_supervisor(state)
+        _probe_own_broker(state, job)
         if wait and not late:
-            watcher = _watcher(state, job.job_id, emit=emit, actor="submit", note=note)
-        elif not wait:
-            start_detached_supervisor(state, job.job_id)
+            watcher = _watcher(state, job.job_id, emit=emit, note=note)
         start()
     except BaseException as exc:
         if watcher is not None:
@@ -605,15 +605,24 @@ def _follow_and_start(
         _end_unstarted(state, job.job_id, failure, exc)
         raise
     if late:
-        try:
-            watcher = _watcher(state, job.job_id, emit=emit, actor="submit", note=note)
-        except BaseException:
-            # the job runs: a detached supervisor takes it over, as after a Ctrl-C
-            start_detached_supervisor(state, job.job_id)
-            raise
+        watcher = _watcher(state, job.job_id, emit=emit, note=note)  # (the supervisor has it)
     if watcher is None:
         return SubmitResult(state.registry.get(job.job_id), True, None)
     return SubmitResult(state.registry.get(job.job_id), True, _wait_for(state, watcher))
+
+
+def _probe_own_broker(state: State, job: Job) -> None:
+    """A job on a broker of its own (`--bus`), which the supervisor starts listening to at its
+    next pass: reached once now, so a broker that is not there fails the launch in its own
+    words before the agent starts, not the agent's first publish."""
+    url = state.bus_url_for(job)
+    if keeps_history(url) or url == state.default_bus_url():
+        return
+    bus = state.open_bus_for(job)
+    try:
+        bus.probe()
+    finally:
+        bus.close()
 
 
 def _watcher(
@@ -621,26 +630,26 @@ def _watcher(
     job_id: str,
     *,
     emit: Callable[[dict[str, Any]], None],
-    actor: str,
     note: Callable[[str], None] = lambda text: None,
 ) -> "Watcher":
-    """A supervising watcher of the job, subscribed from now."""
+    """A follower of the job, subscribed from now: it reads the job's events and its record,
+    and changes nothing (the state dir's supervisor owns the job)."""
     # services.jobs.watch brings the reconciler and its policy (~15 ms of dataclasses to build):
-    # only what follows a job loads it; `submit --no-wait` hands that to its supervisor
+    # only what follows a job loads it
     from delegate.services.jobs.watch import Watcher
 
-    return Watcher(state, job_id, emit=emit, supervise=True, actor=actor, note=note)
+    return Watcher(state, job_id, emit=emit, note=note)
 
 
 def _wait_for(state: State, watcher: "Watcher") -> "WatchOutcome":
-    """Follow the job to its end. Ctrl-C stops the waiting, not the job: a detached
-    supervisor takes over its deadlines, queue place and session, and WaitInterrupted says
-    how to follow or stop it."""
+    """Follow the job to its end. Ctrl-C stops the waiting, not the job: the supervisor has
+    it all along (one is started if it has died meanwhile), and WaitInterrupted says how to
+    follow or stop it."""
     try:
         return watcher.run()
     except KeyboardInterrupt:
         if not state.registry.get(watcher.job_id).status.terminal:
-            start_detached_supervisor(state, watcher.job_id)
+            ensure_supervisor(state)
         raise WaitInterrupted(watcher.job_id) from None
 
 
@@ -653,27 +662,12 @@ def follow_existing(
     note: Callable[[str], None],
 ) -> SubmitResult:
     outcome = None
+    if not job.status.terminal:
+        ensure_supervisor(state)
     if wait:
-        watcher = _watcher(state, job.job_id, emit=emit, actor="submit", note=note)
+        watcher = _watcher(state, job.job_id, emit=emit, note=note)
         outcome = _wait_for(state, watcher)
     return SubmitResult(state.registry.get(job.job_id), False, outcome)
-
-
-def supervise(
-    state: State,
-    job_id: str,
-    *,
-    emit: Callable[[dict[str, Any]], None],
-    on_ready: Callable[[], None] = lambda: None,
-) -> "WatchOutcome":
-    """The detached supervisor: a supervising watcher that outlives the terminal."""
-    watcher = _watcher(state, job_id, emit=emit, actor="supervisor")
-    try:
-        on_ready()
-    except BaseException:
-        watcher.close()
-        raise
-    return watcher.run()
 
 
 class CancelResult(NamedTuple):

@@ -1,25 +1,24 @@
-"""The subscriber (`delegate watch`): receive, verify, audit and apply one job's events.
+"""Following one job (`delegate watch`, `submit --wait`): receive and verify its events, read
+its record; and how the state dir's supervisor puts what it received on record.
 
 It subscribes before anything else happens and keeps a terminal state machine. Whether the job
 has ended is read from the registry, never guessed: the exit status comes from the record's final
 state, so a `cancel` racing a `completed` gives the code the books say.
 
-A supervising watcher (`submit --wait`, the detached supervisor) also looks after its job through
-the reconcile policy: the record's deadlines, a wrapper that died (a pidfd wakes it at once), a
-queued job's launch when a slot frees or the moment its `not_before` passes (a timer set to that
-time: a retry's backoff, a rate limit's reset), and once the job ended its next attempt (at once,
-when its rule asks for one) and its session. An onlooker's `--wall-timeout`/`--idle-timeout` only
-bound how long it watches; they never end the job.
+A follower (`submit --wait`, `watch`) changes nothing: the state dir's supervisor
+owns the job (its deadlines, its queue place, its next attempt, its session), and the follower
+keeps that supervisor there (one that died is started again within a second). Once the job has
+ended it waits, bounded, for its session to be settled, so what it returns to is all true. An
+onlooker's `--wall-timeout`/`--idle-timeout` only bound how long it watches; they never end the
+job.
 """
 
 from __future__ import annotations
 
 import os
-import select
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +26,13 @@ from delegate.adapters import audit
 from delegate.adapters.bus import Message, Subscription
 from delegate.adapters.fsio import atomic_write
 from delegate.config.logsetup import get_logger
-from delegate.core.caps import DUE_AFTER_S, due_in_s
 from delegate.core.errors import DelegateError, WaitInterrupted
-from delegate.core.model import EventType, Job, JobState, SessionState
-from delegate.core.policy import LaunchJob, SeenAgain, SetSession, SkipSocket, next_deadline_s
+from delegate.core.model import Job, JobState, SessionState
 from delegate.core.protocol import Accepted, Receiver, Rejected
 from delegate.core.timefmt import human_duration
-from delegate.services.jobs.finish import end_by_event
 from delegate.services.jobs.launch import inventory
-from delegate.services.jobs.notify import notify
-from delegate.services.jobs.retry import follow_up
-from delegate.services.reconciler import Reconciler
 from delegate.services.state import State
+from delegate.services.supervisor import ensure_supervisor
 
 log = get_logger(__name__)
 
@@ -52,9 +46,8 @@ RECORD_POLL_S = 0.2
 # broker in between), wait this long for it before trusting the record alone.
 END_GRACE_S = 2.0
 # A supervisor asks tmux about its job this often, and at once when its wrapper's pidfd fires.
-SUPERVISE_TMUX_S = 5.0
-AFTER_END_S = 30.0  # how long a supervisor keeps trying to settle its ended job's session
-QUEUE_CHECK_S = 1.0  # a queued job's supervisor looks for a free slot this often
+AFTER_END_S = 30.0  # how long a follower waits for its ended job's session to be settled
+FOLLOWER_ENSURE_S = 1.0  # a follower makes sure the state dir's supervisor runs this often
 
 
 @dataclass(frozen=True)
@@ -78,6 +71,26 @@ def outcome_of(job: Job) -> WatchOutcome:
     return WatchOutcome(exit_code_for(job), job.status.value, job.error)
 
 
+def audit_received(state: State, job_id: str, verdict: Accepted) -> None:
+    state.audit.append(
+        job_id, audit.RECEIVED, seq=verdict.seq, event=verdict.event, envelope=verdict.envelope
+    )
+
+
+def audit_rejected(state: State, job_id: str, payload: bytes, verdict: Rejected) -> None:
+    """A message for `job_id` that did not pass its checks: on record, with an excerpt."""
+    state.audit.append(
+        job_id,
+        audit.REJECTED,
+        reason=verdict.reason,
+        explanation=verdict.explanation,
+        seq=verdict.seq,
+        size=len(payload),
+        excerpt=payload[:200].decode("utf-8", "replace"),
+    )
+    log.warning("rejected a message for job %s: %s", job_id, verdict.explanation)
+
+
 def _expects_event(job: Job) -> bool:
     """Whether the job ended by its own event (which a subscriber should still see)."""
     return job.status is JobState.COMPLETED or (job.error or "").startswith("agent_error")
@@ -93,8 +106,6 @@ class Watcher:
         idle_timeout_s: float | None = None,
         emit: Callable[[dict[str, Any]], None] = lambda envelope: None,
         clock: Callable[[], float] = time.monotonic,
-        supervise: bool = False,
-        actor: str = "watch",
         note: Callable[[str], None] = lambda text: None,
     ) -> None:
         self.state = state
@@ -105,13 +116,8 @@ class Watcher:
         self.idle_s = idle_timeout_s or None
         self.emit = emit
         self.clock = clock
-        self.supervise = supervise
-        self.actor = actor
         self.note = note  # one-off words for the person waiting (a host is offline)
         self._host_noted = False
-        self._reconciler: Any = None
-        self._pidfd: int | None = None
-        self._pane_gone = False
         self.receiver = Receiver(job_id, self.job.auth_token)
         self.bus = state.open_bus_for(self.job)
         # Subscribing here, in the constructor, is what lets a caller start the agent only
@@ -119,7 +125,7 @@ class Watcher:
         self.subscription: Subscription = self.bus.subscribe(job_id)
         # A job on an agent host: whether that host is still heard from decides `host_lost`.
         self._presence: Any = None
-        if supervise and self.job.host and not self.job.status.terminal:
+        if self.job.host and not self.job.status.terminal:
             # services.remote (uuid, platform, the MQTT wire): a local job's path goes without
             from delegate.services.remote import PresenceWatch, mqtt_settings
 
@@ -135,9 +141,6 @@ class Watcher:
         if getattr(self, "_presence", None) is not None:
             self._presence.close()
             self._presence = None
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
 
     def _handle(self, message: Message) -> Accepted | Rejected:
         if message.problem:
@@ -147,150 +150,16 @@ class Watcher:
         else:
             verdict = self.receiver.check(message.payload)
         if isinstance(verdict, Accepted):
-            envelope = verdict.envelope
-            self.state.audit.append(
-                self.job_id, audit.RECEIVED, seq=verdict.seq, event=verdict.event, envelope=envelope
-            )
-            self.emit(envelope)
-            event = EventType(verdict.event)
-            detail = str(envelope.get("detail", ""))
-            if event.terminal:
-                end_by_event(
-                    self.state,
-                    self.job_id,
-                    event,
-                    detail=detail,
-                    envelope=envelope,
-                    actor=self.actor,
-                )
-            else:
-                # every accepted event moves the idle clock; `started` also changes the state
-                self.state.registry.apply_event(self.job_id, event, detail=detail)
-                notify(self.state, self.job, envelope, actor=self.actor)
-        else:
-            excerpt = message.payload[:200].decode("utf-8", "replace")
-            self.state.audit.append(
-                self.job_id,
-                audit.REJECTED,
-                reason=verdict.reason,
-                explanation=verdict.explanation,
-                seq=verdict.seq,
-                size=len(message.payload),
-                excerpt=excerpt,
-            )
-            log.warning("rejected a message for job %s: %s", self.job_id, verdict.explanation)
+            self.emit(verdict.envelope)
         self.subscription.ack(message)
         return verdict
 
     def _drain(self) -> None:
-        """After the terminal event, audit whatever else is already waiting, then stop."""
+        """After the terminal event, read whatever else is already waiting, then stop."""
         while (message := self.subscription.get(timeout=0)) is not None:
             self._handle(message)
 
-    # --- supervising ----------------------------------------------------------------------
-
-    def reconciler(self) -> Any:
-        if self._reconciler is None:
-            self._reconciler = Reconciler(self.state, actor=f"supervisor:{os.getpid()}")
-        return self._reconciler
-
-    def _wrapper_died(self, job: Job) -> bool:
-        """True once the wrapper's process has exited (a pidfd opened while it ran)."""
-        if self._pane_gone:
-            return False
-        if self._pidfd is None and job.session and job.status is not JobState.QUEUED:
-            row = inventory(self.state).get(job.session)
-            if row is not None and row.job_id == self.job_id and row.pane_pid:
-                try:
-                    self._pidfd = os.pidfd_open(row.pane_pid)
-                except ProcessLookupError:
-                    self._pane_gone = True
-                    return True
-                except OSError:
-                    return False
-        if self._pidfd is None:
-            return False
-        readable, _, _ = select.select([self._pidfd], [], [], 0)
-        if readable:
-            self._pane_gone = True
-        return bool(readable)
-
-    def _supervise(self, job: Job, now: float, state: dict[str, float]) -> None:
-        """One look after the job through the reconcile policy, when something may be due."""
-        own = self.job_id
-        if job.status is JobState.QUEUED:
-            if now >= state["queue"]:
-                self._launch_queued()
-                state["queue"] = now + QUEUE_CHECK_S
-            # and at the moment its `not_before` passes, whatever the slots' rhythm
-            due = due_in_s(job, datetime.now(UTC))
-            if due is not None and due > 0:
-                state["queue"] = min(state["queue"], self.clock() + due + DUE_AFTER_S)
-            return
-        died = self._wrapper_died(job)
-        ask_tmux = died or now >= state["tmux"]
-        due = next_deadline_s(job, datetime.now(UTC)) == 0.0
-        if not (ask_tmux or due):
-            return
-        sockets: tuple[str, ...] = ()
-        if ask_tmux:
-            state["tmux"] = now + SUPERVISE_TMUX_S
-            sockets = (job.tmux_socket or self.reconciler().default_socket,)
-            if died and self._pidfd is not None:
-                os.close(self._pidfd)
-                self._pidfd = None
-                state["tmux"] = now + 0.5  # look again soon: the pane may not show dead yet
-        # and whether its server could be seen: a tmux out of sight starts an episode that,
-        # past its grace, ends the job `lost` even when no monitor runs
-        self.reconciler().run_pass(
-            sockets=sockets,
-            only_job=own,
-            keep=lambda a: (
-                (a.job_id == own and not isinstance(a, LaunchJob))
-                or isinstance(a, (SkipSocket, SeenAgain))
-            ),
-        )
-
-    def _launch_queued(self) -> None:
-        """A queued job's look for a free slot. Whatever the policy launches is launched, this
-        job or an older one: a slot given to a job whose own supervisor is gone (killed,
-        crashed) would otherwise stay unused, and hold back every job queued behind it (the
-        claim under the registry lock keeps two launchers from starting one job twice).
-        tmux too: a finished job's session still recorded running holds its slot until someone
-        stops it, or records it terminated once tmux no longer shows it, and that may have to
-        be this waiting supervisor. A pass that fails is tried again at the next look."""
-        try:
-            self.reconciler().run_pass(
-                keep=lambda a: (
-                    isinstance(a, LaunchJob) or (isinstance(a, SetSession) and not a.follows_fail)
-                )
-            )
-        except DelegateError as exc:
-            log.warning("job %s: could not look for a free slot: %s", self.job_id, exc)
-
-    def after_end(self) -> None:
-        """Once the job ended: its session stopped, and queued jobs launched into free slots.
-
-        Retried for a while: a pass that could not ask tmux (a busy machine) or failed would
-        otherwise leave the session recorded running, holding a slot, until a monitor runs.
-        """
-        deadline = self.clock() + AFTER_END_S
-        delay = 0.05
-        while True:
-            job = self.state.registry.get(self.job_id)
-            socket = job.tmux_socket or self.reconciler().default_socket
-            try:
-                self.reconciler().run_pass(
-                    sockets=(socket,) if job.session else (),
-                    only_job=self.job_id,
-                    keep=lambda a: a.job_id == self.job_id or isinstance(a, LaunchJob),
-                )
-            except Exception as exc:  # the job's end is recorded; this is only housekeeping
-                log.warning("job %s: could not settle its session: %s", self.job_id, exc)
-            if not self._session_still_running(job) or self.clock() >= deadline:
-                return
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
+    # --- following ---------------------------------------------------------------------
 
     def _session_still_running(self, job: Job) -> bool:
         if not job.session:
@@ -305,26 +174,30 @@ class Watcher:
             outcome = self._run()
         finally:
             self.close()
-        if self.supervise:
-            self.next_attempt()
-            self.after_end()
+        self.await_settled()
         return outcome
 
-    def next_attempt(self) -> None:
-        """Once the job ended, its next attempt when its rule asks for one (a retry, a requeue,
-        a rate limit's resume): made first, at once, not after its session is settled (which
-        may take a while). A failure is follow_up's to audit; this only housekeeps after."""
-        try:
-            follow_up(self.state, self.job_id)
-        except Exception as exc:  # the job's end is recorded; a monitor's pass tries again
-            log.warning("job %s: could not make its next attempt: %s", self.job_id, exc)
+    def await_settled(self) -> None:
+        """A follower's last wait: the job's session settled by the state dir's supervisor
+        (stopped, or terminated), so what `submit --wait` returns to is all true; bounded."""
+        deadline = self.clock() + AFTER_END_S
+        delay = 0.01
+        while self.clock() < deadline:
+            try:
+                job = self.state.registry.get(self.job_id)
+                if not job.status.terminal or not self._session_still_running(job):
+                    return
+            except DelegateError:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
 
     def _run(self) -> WatchOutcome:
         started = self.clock()
         last_accept = started
         next_record_check = started
         ended_seen_at: float | None = None
-        due = {"tmux": started + SUPERVISE_TMUX_S, "queue": started}
+        due = {"supervisor": started}
         while True:
             wait_s = self._wait_s(started, last_accept, next_record_check)
             message = self.subscription.get(timeout=wait_s)
@@ -347,9 +220,6 @@ class Watcher:
                         return outcome_of(job)
                 else:
                     self._look_after(job, now, now - started, due)
-                    if self.supervise and job.status is JobState.QUEUED:
-                        # its next look for a slot, or its `not_before`, may come sooner
-                        next_record_check = min(next_record_check, due["queue"])
             limit = self._limit_passed(now - started, now - last_accept)
             if limit is not None:
                 return self._give_up(limit)
@@ -375,10 +245,12 @@ class Watcher:
 
     def _look_after(self, job: Job, now: float, waited_s: float, due: dict[str, float]) -> None:
         """A supervising watcher's look at a job still running: the reconcile policy's
-        deadlines, and a note when its host is offline."""
-        if not self.supervise:
-            return
-        self._supervise(job, now, due)
+        deadlines, and a note when its host is offline. A follower's: the state dir's supervisor
+        still there (one that died, as by an OOM kill, is replaced within a second, not at the
+        next command)."""
+        if now >= due["supervisor"]:
+            due["supervisor"] = now + FOLLOWER_ENSURE_S
+            ensure_supervisor(self.state)
         if job.host and not self._host_noted:
             self._note_offline_host(job, waited_s)
 
@@ -428,13 +300,16 @@ class Watcher:
 def watch_job(
     state: State, job_id: str, *, ready_file: Path | None = None, **kwargs: Any
 ) -> WatchOutcome:
-    """Subscribe, signal readiness by creating `ready_file` (if given), then watch to the end.
-
-    Any watcher looks after the job through the reconcile policy: the deadlines it applies are
-    the record's, so it makes no difference who watches, or since when.
-    """
-    kwargs.setdefault("supervise", True)
+    """Subscribe, signal readiness by creating `ready_file` (if given), then follow the job to
+    the end: read only, while the state dir's supervisor (started here if none runs) applies
+    its events, its deadlines and its queue place."""
     watcher = Watcher(state, job_id, **kwargs)
+    if not watcher.job.status.terminal:
+        try:
+            ensure_supervisor(state)
+        except BaseException:
+            watcher.close()
+            raise
     if ready_file is not None:
         try:
             atomic_write(ready_file, f"{os.getpid()}\n".encode())

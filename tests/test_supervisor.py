@@ -1,0 +1,112 @@
+"""One supervisor per state dir (issue 31): one process follows every job, queued ones cost
+their record only, a killed supervisor is brought back by the next command and loses nothing,
+applies nothing twice, and one with no open job leaves."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from delegate.core.model import JobState
+from delegate.services.supervisor import running_supervisor
+
+from .helpers import json_lines, retry_until, run_cli
+from .test_monitor import open_state, submit_no_wait
+from .tmux_fixtures import kill_processes_of
+
+
+def _ours(home: Path) -> dict[int, str]:
+    """pid -> command line of the processes whose environment names `home`."""
+    marker = f"DELEGATE_HOME={home}".encode()
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker in Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0"):
+                cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ")
+                found[int(entry.name)] = cmd.decode()
+        except OSError:
+            continue
+    return found
+
+
+def _supervisors(home: Path) -> list[int]:
+    return [pid for pid, cmd in _ours(home).items() if "delegate.runtime.supervisor" in cmd]
+
+
+@pytest.mark.timeout(180)
+def test_one_process_follows_every_job_and_a_queued_job_costs_no_process(
+    home: Path, tmux_env, tmp_path: Path
+):
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "delegate.toml").write_text("max_running = 3\n")
+    gate = tmp_path / "go"
+    ids = [
+        submit_no_wait(home, tmux_env, tmp_path, f"while [ ! -e {gate} ]; do sleep 0.05; done")
+        for _ in range(12)
+    ]
+    state = open_state(home)
+    retry_until(lambda: sum(state.registry.get(j).status is JobState.RUNNING for j in ids) == 3)
+    assert sum(state.registry.get(j).status is JobState.QUEUED for j in ids) == 9
+    assert len(_supervisors(home)) == 1  # one for all twelve
+    python = [c for c in _ours(home).values() if "python" in c and "runtime.wrapper" not in c]
+    assert len(python) == 1, python  # the supervisor; the queued nine have no process at all
+    gate.touch()
+    retry_until(lambda: all(state.registry.get(j).status.terminal for j in ids), timeout=120)
+    assert {state.registry.get(j).status for j in ids} == {JobState.COMPLETED}
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_supervisor_is_brought_back_and_nothing_is_lost_or_applied_twice(
+    home: Path, tmux_env, tmp_path: Path
+):
+    """SIGKILL, as the OOM killer sends it, while 4 jobs run and 12 wait: the next command
+    (here a `watch`) starts another, which reads on from the bus cursor: every job ends as it
+    would have, each event received once."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "delegate.toml").write_text("max_running = 4\n")
+    script = "delegate publish --event progress --detail one; sleep 0.5"
+    ids = [submit_no_wait(home, tmux_env, tmp_path, script) for _ in range(16)]
+    state = open_state(home)
+    first = retry_until(lambda: running_supervisor(state), timeout=30)
+    retry_until(lambda: sum(state.registry.get(j).status is JobState.RUNNING for j in ids) >= 1)
+    os.kill(first, signal.SIGKILL)
+    retry_until(lambda: running_supervisor(state) is None, timeout=10)
+    watched = run_cli(home, "watch", ids[-1], "--json", env=tmux_env, timeout=180)
+    assert watched.returncode == 0, watched.stderr
+    assert [e["event"] for e in json_lines(watched.stdout)][-1] == "completed"
+    again = running_supervisor(state)
+    assert again is not None and again != first
+    retry_until(lambda: all(state.registry.get(j).status.terminal for j in ids), timeout=120)
+    assert {state.registry.get(j).status for j in ids} == {JobState.COMPLETED}
+    for job_id in ids:
+        # every event on record as received, by one supervisor or the next: each seq once
+        received = retry_until(
+            lambda j=job_id: (r := state.audit.read_events(j, "received")) and len(r) >= 3 and r,
+            timeout=30,
+        )
+        seqs = Counter(r["seq"] for r in received)
+        assert all(n == 1 for n in seqs.values()), (job_id, seqs)
+        assert [r["event"] for r in received] == ["started", "progress", "completed"]
+
+
+def test_a_supervisor_with_no_open_job_leaves_and_the_next_submit_starts_one(
+    home: Path, tmux_env, tmp_path: Path
+):
+    env = {**tmux_env, "DELEGATE_SUPERVISOR_QUIET_S": "0.5"}
+    state = open_state(home)
+    job = submit_no_wait(home, env, tmp_path, "true")
+    first = retry_until(lambda: running_supervisor(state), timeout=30)
+    retry_until(lambda: state.registry.get(job).status.terminal, timeout=30)
+    retry_until(lambda: not _supervisors(home), timeout=30)  # no open job: it left
+    assert running_supervisor(state) is None
+    later = submit_no_wait(home, env, tmp_path, "true")
+    second = retry_until(lambda: running_supervisor(state), timeout=30)
+    assert second != first
+    retry_until(lambda: state.registry.get(later).status is JobState.COMPLETED, timeout=30)
+    kill_processes_of(home)
