@@ -36,6 +36,7 @@ import os
 import sys
 
 import delegate
+from delegate.adapters.detached import spawn_holding, take_lock
 from delegate.adapters.publish_socket import request, socket_path_text
 from delegate.config.settings import (
     AGENT_MQTT_PASSWORD_ENV,
@@ -142,77 +143,20 @@ class WarmClient:
     def start_server(self) -> bool:
         """Start the server unless one runs or starts (its lock is taken); True when one was
         started. It is not waited for."""
-        import fcntl  # fcntl: only the client that starts a server takes its lock
-
         path = self.path
         if path is None:
             return False
+        lock = take_lock(os.path.join(self.home, PUBLISH_SERVER_LOCK))
+        if lock is None:
+            return False  # a server runs, or is starting (or there is no state dir)
         try:
-            lock_path = os.path.join(self.home, PUBLISH_SERVER_LOCK)
-            opened = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError:
-            return False  # no state dir
-        try:
-            # at 3 or above: a caller that closed stdin or stdout gave this process those
-            # numbers, which the server's /dev/null and log take over
-            lock = fcntl.fcntl(opened, fcntl.F_DUPFD_CLOEXEC, 3)
-        finally:
-            os.close(opened)
-        try:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                return False  # a server runs, or is starting
-            return self._spawn(path, lock)
+            # detached, its output to the state dir's publish-server.log, holding the lock
+            argv = [sys.executable, "-P", "-m", SERVER_MODULE, path, str(lock)]
+            log = os.path.join(self.home, PUBLISH_SERVER_LOG)
+            pid = spawn_holding(argv, self.env, lock=lock, log_path=log, log_limit=_LOG_LIMIT)
+            return pid is not None
         finally:
             os.close(lock)  # the server holds the lock through its own copy of the descriptor
-
-    def _spawn(self, path: str, lock: int) -> bool:
-        """The server, detached: a session of its own, stdin from /dev/null, its output to the
-        state dir's publish-server.log, the locked descriptor `lock`, and no other descriptor
-        of this process or its caller (a pipe a script waits on must not stay open in it)."""
-        import fcntl  # as start_server
-
-        log_path = os.path.join(self.home, PUBLISH_SERVER_LOG)
-        try:
-            fresh = os.path.getsize(log_path) > _LOG_LIMIT
-        except OSError:
-            fresh = False
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if fresh else 0)
-        try:
-            opened = os.open(log_path, flags, 0o600)
-        except OSError:
-            return False
-        log = fcntl.fcntl(opened, fcntl.F_DUPFD_CLOEXEC, 3)  # as the lock (start_server)
-        os.close(opened)
-        try:
-            os.set_inheritable(lock, True)
-            argv = [sys.executable, "-P", "-m", SERVER_MODULE, path, str(lock)]
-            actions = [
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, log, 1),
-                (os.POSIX_SPAWN_DUP2, log, 2),
-                *((os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited(keep=lock)),
-            ]
-            os.posix_spawn(sys.executable, argv, self.env, file_actions=actions, setsid=True)
-        except (OSError, NotImplementedError):
-            return False
-        finally:
-            os.close(log)
-        return True
-
-
-def _inherited(keep: int) -> list[int]:
-    """This process's descriptors from 3 up that a program it starts would inherit."""
-    found = []
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        try:
-            if fd >= 3 and fd != keep and os.get_inheritable(fd):
-                found.append(fd)
-        except OSError:
-            continue  # the listing's own descriptor, closed since
-    return found
 
 
 def client(home: str, env: Mapping[str, str]) -> WarmClient | None:
