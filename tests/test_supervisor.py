@@ -4,6 +4,7 @@ applies nothing twice, and one with no open job leaves."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections import Counter
@@ -105,8 +106,13 @@ def test_a_supervisor_with_no_open_job_leaves_and_the_next_submit_starts_one(
     retry_until(lambda: state.registry.get(job).status.terminal, timeout=30)
     retry_until(lambda: not _supervisors(home), timeout=30)  # no open job: it left
     assert running_supervisor(state) is None
+    said = json.loads(run_cli(home, "doctor", "--json", env=env).stdout)["checks"]
+    assert next(c for c in said if c["name"] == "supervisor")["detail"].startswith("not running")
     later = submit_no_wait(home, env, tmp_path, "true")
     second = retry_until(lambda: running_supervisor(state), timeout=30)
     assert second != first
+    said = json.loads(run_cli(home, "doctor", "--json", env=env).stdout)["checks"]
+    running = next(c for c in said if c["name"] == "supervisor")["detail"]
+    assert running == f"running (pid {second}, started by a command)"
     retry_until(lambda: state.registry.get(later).status is JobState.COMPLETED, timeout=30)
     kill_processes_of(home)

@@ -14,6 +14,7 @@ from delegate.config.settings import TMUX_SOCKET_ENV
 from delegate.core.errors import DelegateError
 from delegate.core.model import JobState
 from delegate.services.state import State, strip_credentials
+from delegate.services.supervisor import holder_mode, running_supervisor
 from delegate.services.worktrees import over_limits
 
 OK = "ok"
@@ -85,9 +86,25 @@ def run_checks(state: State) -> list[Check]:
 
     checks.append(config_check(state))
     checks.append(worktree_check(state))
+    checks.append(supervisor_check(state, open_count=sum(not j.status.terminal for j in jobs)))
     checks.extend(tmux_checks(state))
     checks.extend(bus_checks(state))
     return checks
+
+
+def supervisor_check(state: State, *, open_count: int) -> Check:
+    """Whether the state dir's supervisor runs, and how it was started (said, never a warning:
+    the next command that needs one starts it, and `delegate monitor` does now)."""
+    pid = running_supervisor(state)
+    if pid is not None:
+        how = "a person's `delegate monitor`" if holder_mode(state) == "foreground" else "a command"
+        return Check("supervisor", OK, f"running (pid {pid}, started by {how})")
+    return Check(
+        "supervisor",
+        OK,
+        f"not running ({open_count} open job(s)): the next submit or watch starts it,"
+        " `delegate monitor` runs one now",
+    )
 
 
 def config_check(state: State) -> Check:
