@@ -207,3 +207,15 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
     b.start()
     yield TlsBroker(b, certs / "ca.crt", certs / "wrong-ca.crt", users)
     b.stop()
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[Broker]:
+    """A broker of the test's own, which it may stop and start again."""
+    folder = tmp_path / "broker"
+    (folder / "data").mkdir(parents=True)
+    port = free_port()
+    broker = Broker(folder, PLAIN.format(port=port, data=folder / "data", user=_user()), port)
+    broker.start()
+    yield broker
+    broker.stop()

@@ -15,8 +15,6 @@ from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
-import pytest
-
 from delegate.adapters.sessions_db import SessionInventory
 from delegate.core.model import JobState
 from delegate.core.timefmt import parse_timestamp
@@ -26,7 +24,7 @@ from delegate.services.jobs.watch import Watcher, exit_code_for
 from delegate.services.state import State
 
 from .helpers import json_lines, retry_until, run_cli, submit_shell
-from .mqtt_fixtures import PLAIN, Broker, _user, free_port
+from .mqtt_fixtures import free_port
 from .test_monitor import (
     kill_supervisor,
     monitor_once,
@@ -265,17 +263,6 @@ def test_two_monitors_over_20_jobs_act_once_each(home: Path, tmux_env, tmp_path:
         if p["action"] != "orphan" and not p.get("note", "").startswith("failed")
     )
     assert all(n == 1 for n in taken.values()), taken
-
-
-@pytest.fixture
-def own_broker(tmp_path: Path):
-    folder = tmp_path / "broker"
-    (folder / "data").mkdir(parents=True)
-    port = free_port()
-    broker = Broker(folder, PLAIN.format(port=port, data=folder / "data", user=_user()), port)
-    broker.start()
-    yield broker
-    broker.stop()
 
 
 def test_broker_stopped_before_the_agent_ends(home: Path, tmux_env, tmp_path: Path, own_broker):

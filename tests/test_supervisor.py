@@ -116,3 +116,63 @@ def test_a_supervisor_with_no_open_job_leaves_and_the_next_submit_starts_one(
     assert running == f"running (pid {second}, started by a command)"
     retry_until(lambda: state.registry.get(later).status is JobState.COMPLETED, timeout=30)
     kill_processes_of(home)
+
+
+@pytest.mark.timeout(180)
+def test_a_broker_out_of_reach_for_three_passes_changes_nothing_and_is_said_once(
+    home: Path, tmux_env, tmp_path: Path, own_broker
+):
+    """The broker stops for three of the supervisor's passes: no job changes state, and the
+    supervisor says once that it cannot reach it, and once that it can again (its log, and the
+    audit of each job on it); the job then ends as its agent says."""
+    import time
+
+    from delegate.runtime.monitor import DEFAULT_INTERVAL_S
+    from delegate.services.state import State
+
+    env = {**tmux_env, "DELEGATE_BUS": own_broker.url}
+    gate = tmp_path / "go"
+    job = submit_no_wait(home, env, tmp_path, f"while [ ! -e {gate} ]; do sleep 0.05; done")
+    state = State.open(env={"DELEGATE_HOME": str(home), "DELEGATE_BUS": own_broker.url})
+    retry_until(lambda: state.registry.get(job).status is JobState.RUNNING, timeout=30)
+    own_broker.stop()
+    said = retry_until(lambda: state.audit.read_events(job, "unseen"), timeout=30)
+    assert said[0]["what"] == "bus" and "cannot be reached" in said[0]["note"]
+    time.sleep(3 * DEFAULT_INTERVAL_S)  # three passes with the broker away: nothing is decided
+    assert state.registry.get(job).status is JobState.RUNNING
+    own_broker.start()
+    retry_until(lambda: state.audit.read_events(job, "seen_again"), timeout=60)
+    gate.touch()
+    retry_until(lambda: state.registry.get(job).status is JobState.COMPLETED, timeout=60)
+    assert len(state.audit.read_events(job, "unseen")) == 1
+    assert len(state.audit.read_events(job, "seen_again")) == 1
+    log = (home / "supervisor.log").read_text()
+    assert log.count("cannot be reached") == 1 and log.count("is reached again") == 1
+
+
+@pytest.mark.timeout(180)
+def test_a_tmux_socket_removed_for_six_seconds_changes_no_job(home: Path, tmux_env, tmp_path: Path):
+    """A temp-folder cleaner removes the tmux socket file for 6 s while its server and five
+    agents live: the supervisor, blind, decides nothing (issue 31: one of two healthy jobs
+    ended `error` while blind), and every job ends with its agent's own outcome."""
+    import time
+
+    from .tmux_fixtures import socket_path
+
+    gate = tmp_path / "go"
+    ids = [
+        submit_no_wait(home, tmux_env, tmp_path, f"while [ ! -e {gate} ]; do sleep 0.05; done")
+        for _ in range(5)
+    ]
+    state = open_state(home)
+    retry_until(lambda: all(state.registry.get(j).status is JobState.RUNNING for j in ids))
+    path = socket_path(tmux_env["DELEGATE_TMUX_SOCKET"])
+    os.rename(path, path + ".aside")
+    try:
+        time.sleep(6.0)  # blind this long: more than one pass of the supervisor
+        assert {state.registry.get(j).status for j in ids} == {JobState.RUNNING}
+    finally:
+        os.rename(path + ".aside", path)
+    gate.touch()
+    retry_until(lambda: all(state.registry.get(j).status.terminal for j in ids), timeout=60)
+    assert {state.registry.get(j).status for j in ids} == {JobState.COMPLETED}

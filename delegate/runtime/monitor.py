@@ -41,7 +41,7 @@ from delegate.services.jobs.retry import follow_up
 from delegate.services.jobs.watch import audit_received, audit_rejected
 from delegate.services.reconciler import Done, Reconciler
 from delegate.services.remote import HostBook, PresenceWatch, mqtt_settings, refresh_presence
-from delegate.services.state import State, with_own_credentials
+from delegate.services.state import State, strip_credentials, with_own_credentials
 from delegate.services.supervisor import consumer_name, hold, running_supervisor, take_over
 from delegate.services.worktrees import over_limits
 
@@ -77,6 +77,7 @@ class Monitor:
         self._fresh_cursors: dict[str, int] = {}
         self._ended: dict[str, Receiver] = {}  # the supervisor's receivers of ended jobs
         self._ended_elsewhere = False  # a job's last word seen after its publisher ended it
+        self._unreachable: dict[str, float] = {}  # bus URL -> since when it is out of reach
         # who acts, in the audit: "monitor" (a person's), or "supervisor:PID" (one started)
         self.reconciler = Reconciler(state, settings=settings, actor=actor, report=report)
         self._subscriptions: dict[str, Subscription] = {}
@@ -393,6 +394,27 @@ class Monitor:
 
     # --- passes ----------------------------------------------------------------------------
 
+    def _say_unreachable(self, jobs: list[Job]) -> None:
+        """A broker the supervisor listens on that cannot be reached, or is again: said once
+        each way, in its log and in the audit of each open job on it (while it is out of
+        reach, events its jobs publish wait in the supervisor's session there)."""
+        for url, sub in self._subscriptions.items():
+            reached = getattr(sub, "connected", True)
+            if reached == (url not in self._unreachable):
+                continue
+            where = strip_credentials(url)
+            if reached:
+                since = time.monotonic() - self._unreachable.pop(url)
+                log.warning("supervisor: the bus %s is reached again after %.0f s", where, since)
+                kind, note = "seen_again", f"the bus {where} is reached again"
+            else:
+                self._unreachable[url] = time.monotonic()
+                log.warning("supervisor: the bus %s cannot be reached", where)
+                kind, note = "unseen", f"the bus {where} cannot be reached; nothing is decided"
+            for job in jobs:
+                if self.state.bus_url_for(job) == url:
+                    self.state.audit.append(job.job_id, kind, what="bus", note=note, observed=True)
+
     def run_pass(self, events: list[SeenEvent] | None = None) -> list[Done]:
         self._made = []
         done = self.reconciler.run_pass(events=events or ())
@@ -502,6 +524,7 @@ class Monitor:
                 self._watch_presence(jobs, once=False)  # hosts' presence, and whether heard
                 self.run_pass()
                 self._subscribe(jobs)
+                self._say_unreachable(jobs)
                 if self._leaves(jobs):
                     break
                 next_pass = time.monotonic() + self._next_deadline()

@@ -295,6 +295,11 @@ class MqttSubscription:
         """Why the broker refused the subscription (set by the network thread), or None."""
         return self._granted
 
+    @property
+    def connected(self) -> bool:
+        """Whether the broker is reached now (paho reconnects by itself meanwhile)."""
+        return self._connection.connected.is_set()
+
     def get(self, timeout: float | None = None) -> Message | None:
         if self._closed:
             raise BusError("the subscription is closed")
