@@ -92,16 +92,9 @@ def plan_bench(count: int) -> dict[str, object]:
         subprocess.run([exe, "group", "add", "nightly"], env=env, check=True, capture_output=True)
         subprocess.run([exe, "group", "pause", "nightly"], env=env, check=True, capture_output=True)
         plan = home.parent / "plan.toml"
-        lines = []
+        lines = ['agent = "shell"', f'workdir = "{work}"', 'group = "nightly"', ""]
         for n in range(count):
-            lines += [
-                f"[jobs.j{n}]",
-                'agent = "shell"',
-                f'prompt = "echo {n}"',
-                f'workdir = "{work}"',
-                'group = "nightly"',
-                "",
-            ]
+            lines += ["[[jobs]]", f'name = "j{n}"', f'prompt = "echo {n}"', ""]
         plan.write_text("\n".join(lines))
         started = time.perf_counter()
         done = subprocess.run(

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from delegate.adapters.bus import Subscription, open_bus
+from delegate.adapters.detached import take_lock
 from delegate.config.logsetup import get_logger
 from delegate.config.profiles import read_config
 from delegate.config.settings import BUS_ENV
@@ -42,7 +43,7 @@ from delegate.services.jobs.watch import audit_received, audit_rejected
 from delegate.services.reconciler import Done, Reconciler
 from delegate.services.remote import HostBook, PresenceWatch, mqtt_settings, refresh_presence
 from delegate.services.state import State, strip_credentials, with_own_credentials
-from delegate.services.supervisor import consumer_name, hold, running_supervisor, take_over
+from delegate.services.supervisor import consumer_name, hold, lock_path, running_supervisor
 from delegate.services.worktrees import over_limits
 
 log = get_logger(__name__)
@@ -64,6 +65,7 @@ class Monitor:
         lock: int | None = None,
         quiet_s: float | None = None,
         actor: str = "monitor",
+        beside: bool = False,
     ) -> None:
         self.state = state
         self.interval_s = interval_s
@@ -71,6 +73,9 @@ class Monitor:
         # subscriptions, events applied and audited here); None: a monitor beside it
         self.lock = lock
         self.quiet_s = quiet_s  # leave after this long with no open job (None: never)
+        # a person's monitor without the lock: it takes the lock over once the supervisor
+        # that holds it leaves
+        self.beside = beside and lock is None
         self._quiet_since: float | None = None
         # buses whose cursor this process began, and where: their open jobs' histories are
         # caught up to there (the cursor reads on from it)
@@ -411,8 +416,8 @@ class Monitor:
                 self._unreachable[url] = time.monotonic()
                 log.warning("supervisor: the bus %s cannot be reached", where)
                 kind, note = "unseen", f"the bus {where} cannot be reached; nothing is decided"
-            for job in jobs:
-                if self.state.bus_url_for(job) == url:
+            for job in jobs:  # (a job on a host: its host's presence says it, `_say_listening`)
+                if not job.host and self.state.bus_url_for(job) == url:
                     self.state.audit.append(job.job_id, kind, what="bus", note=note, observed=True)
 
     def run_pass(self, events: list[SeenEvent] | None = None) -> list[Done]:
@@ -467,6 +472,28 @@ class Monitor:
             if due:  # (0: its time has passed, and it waits for something else: a slot)
                 waits.append(due + DUE_AFTER_S)
         return min(waits)
+
+    def _take_over_when_free(self) -> None:
+        """A person's monitor beside a started supervisor: once that one has left, this one is
+        the state dir's supervisor (its durable subscriptions, events on record) from now."""
+        if not self.beside:
+            return
+        lock = take_lock(lock_path(self.state))
+        if lock is None:
+            return
+        hold(lock, "foreground")
+        self.lock, self.beside = lock, False
+        log.warning("monitor: the supervisor left; this monitor follows the state dir now")
+        for sub in self._subscriptions.values():
+            with contextlib.suppress(Exception):
+                sub.close()
+        for bus in self._buses.values():
+            with contextlib.suppress(Exception):
+                bus.close()
+        self._subscriptions.clear()  # the next `_subscribe` reads on from the cursors
+        self._buses.clear()
+        self._receivers.clear()  # made again knowing what was received
+        self._late_receivers.clear()
 
     def _leaves(self, jobs: list[Job]) -> bool:
         """Whether the supervisor is done: its state dir is gone, or no job was open for
@@ -523,6 +550,7 @@ class Monitor:
                 jobs = self.state.registry.open_jobs()
                 self._watch_presence(jobs, once=False)  # hosts' presence, and whether heard
                 self.run_pass()
+                self._take_over_when_free()
                 self._subscribe(jobs)
                 self._say_unreachable(jobs)
                 if self._leaves(jobs):
@@ -543,17 +571,20 @@ def run_monitor(
     if interval_s <= 0:
         raise UsageError("--interval must be a positive number of seconds")
     lock = None
-    if not once:  # the state dir's supervisor from now: a started one is asked to leave
+    if not once:  # the state dir's supervisor, when none runs; else beside it until it leaves
         state.layout.home.mkdir(parents=True, exist_ok=True)
-        lock = take_over(state)
+        lock = take_lock(lock_path(state))
         if lock is None:
             log.warning(
-                "another monitor follows this state dir (pid %s): this one runs beside it",
+                "the state dir's supervisor runs (pid %s): this monitor runs beside it and takes"
+                " over when it leaves",
                 running_supervisor(state),
             )
         else:
             hold(lock, "foreground")
-    monitor = Monitor(state, interval_s=interval_s, settings=settings, report=report, lock=lock)
+    monitor = Monitor(
+        state, interval_s=interval_s, settings=settings, report=report, lock=lock, beside=not once
+    )
     with serve_signals(monitor):
         try:
             return monitor.run(once=once)

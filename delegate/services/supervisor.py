@@ -14,11 +14,9 @@ unit or an `@reboot` line runs): it asks a started one to leave and holds the lo
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
-import time
 
 from delegate.adapters.bus import keeps_history
 from delegate.adapters.detached import spawn_holding, take_lock
@@ -30,7 +28,6 @@ MODULE = "delegate.runtime.supervisor"
 READY_BYTE = b"R"  # what the supervisor writes once it listens on the state dir's buses
 READY_TIMEOUT_S = 15.0
 LOG_LIMIT = 4 << 20  # bytes of supervisor.log kept before it starts afresh
-TAKE_OVER_S = 10.0  # how long a foreground monitor waits for a started supervisor to leave
 
 
 def consumer_name(state: State, url: str) -> str:
@@ -145,28 +142,3 @@ def holder_mode(state: State) -> str | None:
     except OSError:
         return None
     return words[1] if len(words) > 1 else None
-
-
-def take_over(state: State) -> int | None:
-    """For a person's `delegate monitor`: the lock, asking a started supervisor to leave first
-    (SIGTERM) and waiting for it; None when another foreground monitor holds it, or the one
-    asked did not leave in time."""
-    lock = take_lock(lock_path(state))
-    if lock is not None:
-        return lock
-    deadline = time.monotonic() + 2.0  # one just started says who it is in a moment
-    while (mode := holder_mode(state)) is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    if mode != "started":
-        return None
-    pid = running_supervisor(state)
-    if pid is not None:
-        with contextlib.suppress(ProcessLookupError):  # it has just left
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + TAKE_OVER_S
-    while time.monotonic() < deadline:
-        lock = take_lock(lock_path(state))
-        if lock is not None:
-            return lock
-        time.sleep(0.02)
-    return None
