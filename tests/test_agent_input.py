@@ -141,3 +141,71 @@ def test_what_an_agent_says_it_spent_never_lowers_what_its_budget_counts(channel
                 assert isinstance(cost, float) and math.isfinite(cost) and cost >= 0
             reported = with_reported_cost(spent, cost)
             assert math.isfinite(reported.cost_usd) and reported.cost_usd >= 0
+
+
+# -- names an agent writes where we read them: a worktree's ignored files -------------------------
+
+NAME_PART = st.sampled_from(
+    ["node_modules", "node_modules_old", "build.txt", "dist", "notes", ".venv", "x", "..", ".",
+     "build", "targets", "__pycache__", "ca che"]
+) | st.text(alphabet=st.characters(blacklist_characters="/\0"), min_size=1, max_size=8)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(NAME_PART, min_size=1, max_size=5), st.booleans())
+def test_an_ignored_file_is_disposable_only_inside_a_folder_named_so(parts: list[str], slash: bool):
+    """`worktree clean` removes a worktree whose ignored files all lie in `[worktree]
+    disposable` folders: whatever an agent names its files, one is disposable only when a folder
+    of its path is exactly one of those names (never `node_modules_old/`, never `build.txt`)."""
+    from delegate.services.worktrees import DISPOSABLE, _disposable
+
+    name = "/".join(parts) + ("/" if slash else "")
+    # a near miss (a prefix, a suffix, a file of that name with an extension) is not enough
+    assert _disposable(name, DISPOSABLE) == any(part in DISPOSABLE for part in parts)
+
+
+# -- a sub-job's limits: what an agent asks for through `job_submit` -------------------------------
+
+LIMIT = st.none() | st.floats(allow_nan=False, allow_infinity=True) | st.integers(-5, 10**9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    parent_cost=st.none() | st.floats(0.01, 100),
+    parent_spent=st.floats(0, 200),
+    sub_spent=st.floats(0, 200),
+    parent_tokens=st.none() | st.integers(1, 10**7),
+    tokens_spent=st.integers(0, 2 * 10**7),
+    asked_cost=LIMIT,
+    asked_tokens=st.none() | st.integers(-5, 10**9),
+)
+def test_a_sub_jobs_budget_is_never_more_than_its_parent_has_left(
+    parent_cost, parent_spent, sub_spent, parent_tokens, tokens_spent, asked_cost, asked_tokens
+):
+    """Whatever budget a sub-job asks for, it starts with no more than its parent has left,
+    counting what the parent's other sub-jobs spent; none left: refused."""
+    import math
+
+    from delegate.core.errors import UsageError
+    from delegate.core.model import Job
+    from delegate.services.jobs.subjob import _budget_inside
+    from delegate.services.jobs.submit import SubmitRequest
+
+    parent = Job(
+        "0123abcd", JobState.RUNNING, "t", "t", "token", max_cost_usd=parent_cost,
+        cost_usd=parent_spent, sub_jobs_cost_usd=sub_spent, max_tokens=parent_tokens,
+        tokens_in=tokens_spent,
+    )  # fmt: skip
+    request = SubmitRequest(prompt=b"x", max_cost_usd=asked_cost, max_tokens=asked_tokens)
+    try:
+        limits = _budget_inside([parent], request)
+    except UsageError:
+        assert (parent_cost is not None and parent_spent + sub_spent >= parent_cost) or (
+            parent_tokens is not None and tokens_spent >= parent_tokens
+        )
+        return
+    if parent_cost is not None:
+        left = parent_cost - parent_spent - sub_spent
+        assert not math.isnan(limits["max_cost_usd"]) and limits["max_cost_usd"] <= left + 1e-9
+    if parent_tokens is not None:
+        assert limits["max_tokens"] <= parent_tokens - tokens_spent
