@@ -89,7 +89,6 @@ class Monitor:
         self._buses: dict[str, Any] = {}
         self._receivers: dict[str, Receiver | None] = {}
         self._late_receivers: dict[str, Receiver] = {}
-        self._hosted: set[str] = set()  # jobs on agent hosts: they may end host_lost meanwhile
         self._pidfds: dict[int, int] = {}  # pane pid -> pidfd
         self._stop_r, self._stop_w = os.pipe()
         os.set_blocking(self._stop_w, False)
@@ -285,12 +284,12 @@ class Monitor:
                 self._receivers[job_id] = None
                 return None
             self._receivers[job_id] = None if job.status.terminal else self._receiver(job)
-            if job.host:
-                self._hosted.add(job_id)
-        if job_id in self._hosted and self._receivers[job_id] is not None:
+        if self._receivers[job_id] is not None:
             with contextlib.suppress(DelegateError):
                 if self.state.registry.get(job_id).status.terminal:
-                    self._receivers[job_id] = None  # failed host_lost by a pass meanwhile
+                    # ended meanwhile (its publisher, a cancel, host_lost by a pass): what
+                    # comes now is its own last word seen late, or late
+                    self._receivers[job_id] = None
         return self._receivers[job_id]
 
     def _receiver(self, job: Job) -> Receiver:
