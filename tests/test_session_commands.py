@@ -48,9 +48,16 @@ def listed(home: Path, env, *args: str) -> dict[str, dict]:
 
 
 def agree(home: Path, env, name: str, *, state: str, job_state: JobState, tmux: str) -> dict:
-    """tmux, sessions.db, the registry and `session list --json` tell the same story."""
+    """tmux, sessions.db, the registry and `session list --json` tell the same story (once the
+    state dir's supervisor settled the session, a moment after a job's end)."""
     st = State.open(env={"DELEGATE_HOME": str(home)})
-    row = SessionInventory(st.layout.sessions_db).get(name)
+    row = retry_until(
+        lambda: (
+            (r := SessionInventory(st.layout.sessions_db).get(name))
+            and r.state.value == state
+            and r
+        )
+    )
     assert row is not None and row.state.value == state
     job = st.registry.get(row.job_id or "")
     assert job.status is job_state
