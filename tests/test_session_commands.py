@@ -48,16 +48,9 @@ def listed(home: Path, env, *args: str) -> dict[str, dict]:
 
 
 def agree(home: Path, env, name: str, *, state: str, job_state: JobState, tmux: str) -> dict:
-    """tmux, sessions.db, the registry and `session list --json` tell the same story (once the
-    state dir's supervisor settled the session, a moment after a job's end)."""
+    """tmux, sessions.db, the registry and `session list --json` tell the same story."""
     st = State.open(env={"DELEGATE_HOME": str(home)})
-    row = retry_until(
-        lambda: (
-            (r := SessionInventory(st.layout.sessions_db).get(name))
-            and r.state.value == state
-            and r
-        )
-    )
+    row = SessionInventory(st.layout.sessions_db).get(name)
     assert row is not None and row.state.value == state
     job = st.registry.get(row.job_id or "")
     assert job.status is job_state

@@ -77,14 +77,7 @@ def test_a_shell_job_that_succeeds(home: Path, tmux_env, tmp_path: Path):
     job = state.registry.get(events[0]["job_id"])
     assert job.status is JobState.COMPLETED
     assert (state.audit.job_dir(job.job_id) / "agent.log").exists()
-    # settled by the state dir's supervisor a moment after the end `--wait` returned at
-    session = retry_until(
-        lambda: (
-            (r := SessionInventory(state.layout.sessions_db).get(job.session))
-            and r.state is not SessionState.RUNNING
-            and r
-        )
-    )
+    session = SessionInventory(state.layout.sessions_db).get(job.session)
     assert session is not None and session.state is SessionState.STOPPED
 
 

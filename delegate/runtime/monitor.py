@@ -51,8 +51,6 @@ log = get_logger(__name__)
 DEFAULT_INTERVAL_S = 5.0
 WAKE_POLL_S = 0.02  # how long one wait for events or pidfds lasts
 RECENT_ENDINGS = 20  # the latest ended jobs each pass looks at for an attempt no one made
-# the passes after a job's end, each this long after the one before (its session settled soon)
-SETTLE_WAITS_S = (0.02, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 WORKTREE_REPORT_S = 600.0  # how often worktrees over [worktree] keep_max_gb/keep_days are logged
 
 
@@ -85,7 +83,6 @@ class Monitor:
         self._ended: dict[str, Receiver] = {}  # the supervisor's receivers of ended jobs
         self._ended_elsewhere = False  # a job's last word seen after its publisher ended it
         self._unreachable: dict[str, float] = {}  # bus URL -> since when it is out of reach
-        self._settle_waits: list[float] = []  # the quick passes after a job's end (seconds)
         # who acts, in the audit: "monitor" (a person's), or "supervisor:PID" (one started)
         self.reconciler = Reconciler(state, settings=settings, actor=actor, report=report)
         self._subscriptions: dict[str, Subscription] = {}
@@ -456,13 +453,6 @@ class Monitor:
         for line in found:
             log.warning("monitor: %s; `delegate worktree clean` removes what holds no work", line)
 
-    def _ending_seen(self) -> bool:
-        """A job's end was seen: a pass now, and a few more soon after, so its session (its
-        pane dies a moment after its last word) is settled at once, not an interval later:
-        what `submit --wait` waits for before it returns."""
-        self._settle_waits = list(SETTLE_WAITS_S)
-        return True
-
     def _next_deadline(self) -> float:
         """Seconds to the next pass: the interval, or sooner a running job's deadline, or the
         moment a queued job's `not_before` passes (so it is launched then: a rate-limited
@@ -472,8 +462,6 @@ class Monitor:
             return self.interval_s
         now = datetime.now(UTC)
         waits = [self.interval_s]
-        if self._settle_waits:  # a job just ended: its pane is gone in a moment, and then
-            waits.append(self._settle_waits.pop(0))  # its session settles, not a pass later
         for job in [*snap.jobs, *self._made]:
             if job.status is JobState.RUNNING:
                 wait = next_deadline_s(job, now)
@@ -533,19 +521,6 @@ class Monitor:
         self._quiet_since = None
         return False
 
-    def _take_events(self) -> bool:
-        """The events that arrived, applied; True when one ended a job (a pass is due now)."""
-        events = self._poll_events()
-        changing = [e for e in events if EventType(e.event) in EVENT_TARGET_STATE]
-        ended = False
-        if changing:
-            # apply at once (no tmux needed), then a full pass for sessions and the queue
-            self.reconciler.run_pass(events=changing, sockets=())
-            ended = any(EventType(e.event).terminal for e in changing)
-        if self._ended_elsewhere:
-            self._ended_elsewhere, ended = False, True
-        return self._ending_seen() if ended else False
-
     def run(self, *, once: bool = False, on_ready: Callable[[], None] | None = None) -> int:
         jobs = self.state.registry.open_jobs()
         self._watch_presence(jobs, once=once)
@@ -562,7 +537,14 @@ class Monitor:
             woke = self._wait(min(WAKE_POLL_S, max(0.0, next_pass - time.monotonic())))
             if self._stop_requested():
                 break
-            woke = self._take_events() or woke
+            events = self._poll_events()
+            changing = [e for e in events if EventType(e.event) in EVENT_TARGET_STATE]
+            if changing:
+                # apply at once (no tmux needed), then a full pass for sessions and the queue
+                self.reconciler.run_pass(events=changing, sockets=())
+                woke = woke or any(EventType(e.event).terminal for e in changing)
+            if self._ended_elsewhere:
+                self._ended_elsewhere, woke = False, True
             if woke or time.monotonic() >= next_pass:
                 jobs = self.state.registry.open_jobs()
                 self._watch_presence(jobs, once=False)  # hosts' presence, and whether heard

@@ -7,9 +7,10 @@ state, so a `cancel` racing a `completed` gives the code the books say.
 
 A follower (`submit --wait`, `watch`) changes nothing: the state dir's supervisor
 owns the job (its deadlines, its queue place, its next attempt, its session), and the follower
-keeps that supervisor there (one that died is started again within a second). It returns at
-the job's end; the supervisor settles the job's session a moment later. An onlooker's
-`--wall-timeout`/`--idle-timeout` only bound how long it watches; they never end the job.
+keeps that supervisor there (one that died is started again within a second). Once the job has
+ended it waits, bounded, for its session to be settled, so what it returns to is all true. An
+onlooker's `--wall-timeout`/`--idle-timeout` only bound how long it watches; they never end the
+job.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from delegate.adapters import audit
 from delegate.adapters.bus import Message, Subscription
 from delegate.adapters.fsio import atomic_write
 from delegate.config.logsetup import get_logger
-from delegate.core.errors import WaitInterrupted
-from delegate.core.model import Job, JobState
+from delegate.core.errors import DelegateError, WaitInterrupted
+from delegate.core.model import Job, JobState, SessionState
 from delegate.core.protocol import Accepted, Receiver, Rejected
 from delegate.core.timefmt import human_duration
+from delegate.services.jobs.launch import inventory
 from delegate.services.state import State
 from delegate.services.supervisor import ensure_supervisor
 
@@ -44,6 +46,7 @@ RECORD_POLL_S = 0.2
 # broker in between), wait this long for it before trusting the record alone.
 END_GRACE_S = 2.0
 # A supervisor asks tmux about its job this often, and at once when its wrapper's pidfd fires.
+AFTER_END_S = 30.0  # how long a follower waits for its ended job's session to be settled
 FOLLOWER_ENSURE_S = 1.0  # a follower makes sure the state dir's supervisor runs this often
 
 
@@ -156,6 +159,14 @@ class Watcher:
         while (message := self.subscription.get(timeout=0)) is not None:
             self._handle(message)
 
+    # --- following ---------------------------------------------------------------------
+
+    def _session_still_running(self, job: Job) -> bool:
+        if not job.session:
+            return False
+        row = inventory(self.state).get(job.session)
+        return row is not None and row.job_id == self.job_id and row.state is SessionState.RUNNING
+
     # --- the loop -------------------------------------------------------------------------
 
     def run(self) -> WatchOutcome:
@@ -163,7 +174,23 @@ class Watcher:
             outcome = self._run()
         finally:
             self.close()
+        self.await_settled()
         return outcome
+
+    def await_settled(self) -> None:
+        """A follower's last wait: the job's session settled by the state dir's supervisor
+        (stopped, or terminated), so what `submit --wait` returns to is all true; bounded."""
+        deadline = self.clock() + AFTER_END_S
+        delay = 0.01
+        while self.clock() < deadline:
+            try:
+                job = self.state.registry.get(self.job_id)
+                if not job.status.terminal or not self._session_still_running(job):
+                    return
+            except DelegateError:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
 
     def _run(self) -> WatchOutcome:
         started = self.clock()
