@@ -139,15 +139,20 @@ class Monitor:
         for job in remote:
             self.state.audit.append(job.job_id, kind, what="broker", observed=True)
 
-    def close(self) -> None:
-        if self._presence is not None:
-            self._presence.close()
+    def _close_listeners(self) -> None:
         for sub in self._subscriptions.values():
             with contextlib.suppress(Exception):
                 sub.close()
         for bus in self._buses.values():
             with contextlib.suppress(Exception):
                 bus.close()
+        self._subscriptions.clear()
+        self._buses.clear()
+
+    def close(self) -> None:
+        if self._presence is not None:
+            self._presence.close()
+        self._close_listeners()
         for fd in self._pidfds.values():
             os.close(fd)
         self._pidfds.clear()
@@ -483,14 +488,7 @@ class Monitor:
         hold(lock, "foreground")
         self.lock, self.beside = lock, False
         log.warning("monitor: the supervisor left; this monitor follows the state dir now")
-        for sub in self._subscriptions.values():
-            with contextlib.suppress(Exception):
-                sub.close()
-        for bus in self._buses.values():
-            with contextlib.suppress(Exception):
-                bus.close()
-        self._subscriptions.clear()  # the next `_subscribe` reads on from the cursors
-        self._buses.clear()
+        self._close_listeners()  # the next `_subscribe` reads on from the cursors
         self._receivers.clear()  # made again knowing what was received
         self._late_receivers.clear()
 
