@@ -78,6 +78,8 @@ def test_watch_survives_a_broker_killed_and_restarted(home: Path, broker: Broker
     assert watcher.returncode == 0, err
     seqs = [e["seq"] for e in json_lines(out)]
     assert seqs == [1, 2, 3, 4, 5, 6]  # nothing lost, nothing twice
+    # the state dir's supervisor receives them (after the watcher, which only follows)
+    retry_until(lambda: len(state.audit.read_events(job.job_id, kind="received")) >= 6, timeout=30)
     received = [e["seq"] for e in state.audit.read_events(job.job_id, kind="received")]
     assert received == [1, 2, 3, 4, 5, 6]
     assert state.registry.get(job.job_id).status is JobState.COMPLETED
