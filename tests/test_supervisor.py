@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -176,3 +177,69 @@ def test_a_tmux_socket_removed_for_six_seconds_changes_no_job(home: Path, tmux_e
     gate.touch()
     retry_until(lambda: all(state.registry.get(j).status.terminal for j in ids), timeout=60)
     assert {state.registry.get(j).status for j in ids} == {JobState.COMPLETED}
+
+
+@pytest.mark.timeout(400)
+def test_a_supervisor_killed_under_20_running_and_100_waiting_loses_nothing(
+    home: Path, tmux_env, tmp_path: Path
+):
+    """Issue 31's size: 20 jobs run and 100 wait when the supervisor is SIGKILLed. The next
+    command (one more submit) starts another: every job ends as it would have (three past their wall
+    deadline while no supervisor ran end `wall_timeout` at its first pass), each event is
+    applied once (each `seq` received once), and the queue runs to its end."""
+    from delegate.core.timefmt import parse_timestamp
+    from delegate.runtime.monitor import DEFAULT_INTERVAL_S
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "delegate.toml").write_text("max_running = 20\n")
+    lines = ['agent = "shell"', f'workdir = "{tmp_path}"', ""]
+    for n in range(3):  # they outlive their wall deadline while no supervisor runs
+        lines += ["[[jobs]]", f'name = "slow{n}"', 'prompt = "sleep 600"', "wall_timeout = 4", ""]
+    script = "delegate publish --event progress --detail one; sleep 1"
+    for n in range(117):
+        lines += ["[[jobs]]", f'name = "j{n}"', f'prompt = "{script}"', ""]
+    plan = tmp_path / "plan.toml"
+    plan.write_text("\n".join(lines))
+    made = run_cli(home, "submit", "--from-file", str(plan), env=tmux_env, timeout=120)
+    assert made.returncode == 0, made.stderr
+    ids = dict(line.split() for line in made.stdout.splitlines())
+    slow = [ids[f"slow{n}"] for n in range(3)]
+    state = open_state(home)
+
+    def count(status: JobState) -> int:
+        return sum(j.status is status for j in state.registry.open_jobs())
+
+    first = retry_until(lambda: running_supervisor(state), timeout=30)
+    retry_until(lambda: count(JobState.RUNNING) == 20, timeout=120)
+    assert all(state.registry.get(j).status is JobState.RUNNING for j in slow)
+    assert count(JobState.QUEUED) == 100
+    os.kill(first, signal.SIGKILL)
+    retry_until(lambda: running_supervisor(state) is None, timeout=10)
+    deadlines = [
+        parse_timestamp(str(state.registry.get(j).started_at)).timestamp() + 4 for j in slow
+    ]
+    retry_until(lambda: time.time() > max(deadlines) + 1, timeout=30)  # passed, unenforced
+    assert all(state.registry.get(j).status is JobState.RUNNING for j in slow)
+    assert count(JobState.QUEUED) > 0  # nothing launched them meanwhile
+    revived = time.time()
+    extra = submit_no_wait(home, tmux_env, tmp_path, script)  # the next command: more work
+    again = retry_until(lambda: running_supervisor(state), timeout=30)
+    assert again != first
+    jobs = [*ids.values(), extra]
+    retry_until(lambda: all(state.registry.get(j).status.terminal for j in jobs), timeout=300)
+    for job_id in slow:
+        job = state.registry.get(job_id)
+        assert job.status is JobState.ERROR and "wall_timeout" in str(job.error), job
+        ended = parse_timestamp(job.updated_at).timestamp()
+        assert ended - revived <= DEFAULT_INTERVAL_S, (ended - revived, job)  # its first pass
+    quick = [j for j in jobs if j not in slow]
+    assert {state.registry.get(j).status for j in quick} == {JobState.COMPLETED}
+    for job_id in quick:
+        received = retry_until(
+            lambda j=job_id: (r := state.audit.read_events(j, "received")) and len(r) >= 3 and r,
+            timeout=60,
+        )
+        seqs = Counter(r["seq"] for r in received)
+        assert all(n == 1 for n in seqs.values()), (job_id, seqs)
+        assert [r["event"] for r in received] == ["started", "progress", "completed"]
+    assert len(_supervisors(home)) == 1

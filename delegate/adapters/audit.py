@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from delegate.adapters.fsio import append_line, atomic_write, ensure_private_dir
+from delegate.adapters.fsio import append_line, atomic_write, ensure_private_dir, write_new
 from delegate.config.logsetup import get_logger
 from delegate.core import fastjson
 from delegate.core.model import Job, JobState, validate_job_id
@@ -73,7 +73,13 @@ class AuditLog:
         return entry
 
     def write_status(self, job: Job) -> None:
-        status = {
+        atomic_write(
+            self.job_dir(job.job_id, create=True) / STATUS, _dump(self._status(job)) + b"\n"
+        )
+
+    @staticmethod
+    def _status(job: Job) -> dict[str, Any]:
+        return {
             "job_id": job.job_id,
             "status": job.status.value,
             "updated_at": job.updated_at,
@@ -89,7 +95,6 @@ class AuditLog:
             # the tool calls its agent CLI denied, for the report's denial figures
             "denied_tools": list(job.denied_tools) if job.denied_tools is not None else None,
         }
-        atomic_write(self.job_dir(job.job_id, create=True) / STATUS, _dump(status) + b"\n")
 
     def write_meta(self, job: Job) -> None:
         path = self.job_dir(job.job_id, create=True) / META
@@ -117,6 +122,31 @@ class AuditLog:
                 **({"cause": cause} if cause else {}),
             )
         self.write_status(job)
+
+    def record_planned(self, job: Job, cause: dict[str, Any] | None) -> None:
+        """A plan's new job (services/jobs/plan): the lines a submit writes (registered
+        pending, then queued with `cause` when it waits), its meta and its status, each file
+        made new in one write; the plan's commit syncs them."""
+        folder = self.job_dir(job.job_id, create=True)  # (its prompt is in it)
+        stamp = record_timestamp()
+        lines = [{"ts": stamp, "kind": REGISTERED, "job_id": job.job_id, "status": "pending"}]
+        if job.status is not JobState.PENDING:
+            fields: dict[str, Any] = {"previous": "pending", "status": job.status.value}
+            fields["error"] = job.error
+            if cause:
+                fields["cause"] = cause
+            lines.append({"ts": stamp, "kind": STATUS_CHANGED, "job_id": job.job_id, **fields})
+        write_new(folder / EVENTS, b"".join(_dump(line) + b"\n" for line in lines))
+        meta = {name: getattr(job, name) for name in _META_FIELDS}
+        meta["bus"] = job.bus.get("url")
+        write_new(folder / META, _dump(meta) + b"\n")
+        write_new(folder / STATUS, _dump(self._status(job)) + b"\n")
+
+    def discard(self, job_id: str) -> None:
+        """Remove the folder of a job that was never registered (a plan not committed)."""
+        import shutil  # only a plan a crash interrupted comes here
+
+        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
 
     # --- readers -------------------------------------------------------------------------
 

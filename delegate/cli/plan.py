@@ -1,6 +1,6 @@
 """`delegate submit --from-file plan.toml` for a file declaring several jobs (services/jobs/plan):
-every job checked first, then submitted in order, one `NAME JOB_ID` line each (JSON with
---json). A plan never waits; each job runs under its own supervisor, as with --no-wait."""
+every job checked first, then all registered at once, one `NAME JOB_ID` line each (JSON with
+--json). A plan never waits: the state dir's supervisor follows its jobs, as with --no-wait."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ from typing import Any
 
 from delegate.adapters.terminal import print_json
 from delegate.cli.common import open_state
-from delegate.config.profiles import read_config, resolve
 from delegate.core.errors import UsageError
 from delegate.services.jobs.jobfile import merge_job_settings
 from delegate.services.jobs.plan import PlannedJob, read_plan, submit_plan
-from delegate.services.jobs.submit import SubmitRequest, read_prompt, submit
+from delegate.services.jobs.submit import SubmitRequest, read_prompt
 
 # What names one job and cannot hold for several at once.
 _ONE_JOB_FLAGS = ("after", "session", "idempotency_key", "host")
@@ -40,19 +39,14 @@ def submit_plan_file(
         text = read_prompt(text=settings["prompt"], file=settings["prompt_file"], stdin=sys.stdin)
         return SubmitRequest.from_settings(settings, text)._replace(no_mcp=no_mcp)
 
-    def check(job: PlannedJob) -> None:
-        asked = request(job, None)
-        config = read_config(state.layout.home, state.env)
-        resolve(agent=asked.agent, cmd=asked.cmd, config=config.tables, source=config.path)
-        if asked.workdir is not None and not asked.workdir.is_dir():
-            raise UsageError(f"{path}: {job.name}: workdir {asked.workdir} is not a directory")
-
-    def submit_one(job: PlannedJob, after: str | None) -> str:
-        return str(submit(state, request(job, after), wait=False).job.job_id)
-
-    for name, job_id in submit_plan(jobs, check, submit_one):
+    failed = 0
+    for planned in submit_plan(state, jobs, request):
         if as_json:
-            print_json({"name": name, "job_id": job_id})
+            print_json({"name": planned.name, "job_id": planned.job_id, "created": planned.created})
         else:
-            print(f"{name} {job_id}")
-    return 0
+            print(f"{planned.name} {planned.job_id}")
+        if planned.failure is not None:
+            print(f"{planned.name}: job {planned.job_id} could not start: {planned.failure}",
+                  file=sys.stderr)  # fmt: skip
+            failed += 1
+    return 1 if failed else 0

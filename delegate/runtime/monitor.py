@@ -544,7 +544,7 @@ class Monitor:
             if self._ended_elsewhere:
                 self._ended_elsewhere, woke = False, True
             if woke or time.monotonic() >= next_pass:
-                jobs = self.state.registry.open_jobs()
+                jobs = self.state.registry.followed_open_jobs()  # what changed, read again
                 self._watch_presence(jobs, once=False)  # hosts' presence, and whether heard
                 self.run_pass()
                 self._take_over_when_free()

@@ -67,7 +67,7 @@ class State:
         for folder in (layout.home, layout.jobs, layout.logs):
             ensure_private_dir(folder)
         audit = AuditLog(layout.logs)
-        registry = Registry(layout.jobs, on_change=audit.record_change)
+        registry = Registry(layout.jobs, on_change=audit.record_change, on_discard=audit.discard)
         return cls(layout=layout, registry=registry, audit=audit, env=env)
 
     def job_states(

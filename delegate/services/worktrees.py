@@ -75,8 +75,13 @@ def plan(workdir: Path, *, branch: str | None, base: str | None) -> WorktreePlan
 
 def record(state: State, job: Job, wanted_tree: WorktreePlan) -> Job:
     """Write the worktree the job will run in into its record; its workdir becomes that."""
-    path = state.layout.worktree_for(wanted_tree.repo, job.job_id)
-    branch = wanted_tree.branch or f"delegate/{job.job_id}"
+    return state.registry.update(job.job_id, **fields_for(state, job.job_id, wanted_tree))
+
+
+def fields_for(state: State, job_id: str, wanted_tree: WorktreePlan) -> dict[str, Any]:
+    """The record's `worktree` (not yet made) and `workdir` (in it) for a job's worktree."""
+    path = state.layout.worktree_for(wanted_tree.repo, job_id)
+    branch = wanted_tree.branch or f"delegate/{job_id}"
     entry = {
         "repo": str(wanted_tree.repo),
         "base": wanted_tree.base,
@@ -86,7 +91,7 @@ def record(state: State, job: Job, wanted_tree: WorktreePlan) -> Job:
         "created": False,
     }
     workdir = path / wanted_tree.subdir if wanted_tree.subdir else path
-    return state.registry.update(job.job_id, worktree=entry, workdir=str(workdir))
+    return {"worktree": entry, "workdir": str(workdir)}
 
 
 def ensure(state: State, job: Job) -> Job:

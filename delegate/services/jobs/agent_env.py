@@ -19,7 +19,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from delegate.adapters.fsio import atomic_write
+from delegate.adapters.fsio import atomic_write, write_new
 from delegate.config.profiles import Profile
 from delegate.config.settings import (
     AGENT_BASE_ENV,
@@ -157,9 +157,10 @@ def build(
     return env
 
 
-def save(state: State, job_id: str, env: Mapping[str, str]) -> Path:
+def save(state: State, job_id: str, env: Mapping[str, str], *, durable: bool = True) -> Path:
     path = state.audit.job_dir(job_id, create=True) / ENV_FILE
-    atomic_write(path, json.dumps(dict(env), sort_keys=True).encode("utf-8"))
+    data = json.dumps(dict(env), sort_keys=True).encode("utf-8")
+    (atomic_write if durable else write_new)(path, data)
     return path
 
 

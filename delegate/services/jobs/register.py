@@ -13,7 +13,7 @@ DEFAULT_WALL_TIMEOUT_S = 3600.0
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 
 
-def _timeout(value: float | None, default: float, name: str) -> float:
+def timeout_s(value: float | None, default: float, name: str) -> float:
     if value is None:
         return default
     if value < 0:
@@ -47,8 +47,8 @@ def register_job(
         command=command,
         workdir=workdir,
         session=session,
-        wall_timeout_s=_timeout(wall_timeout_s, DEFAULT_WALL_TIMEOUT_S, "--wall-timeout"),
-        idle_timeout_s=_timeout(idle_timeout_s, DEFAULT_IDLE_TIMEOUT_S, "--idle-timeout"),
+        wall_timeout_s=timeout_s(wall_timeout_s, DEFAULT_WALL_TIMEOUT_S, "--wall-timeout"),
+        idle_timeout_s=timeout_s(idle_timeout_s, DEFAULT_IDLE_TIMEOUT_S, "--idle-timeout"),
         bus={"url": url},
         idempotency_key=idempotency_key,
         job_id=job_id,

@@ -44,6 +44,7 @@ from delegate.services.jobs.submit import (
     submit_remote,
 )
 from delegate.services.state import State
+from delegate.services.supervisor import ensure_supervisor
 
 log = get_logger(__name__)
 RETRIED = "retried"  # the audit kind on the previous attempt: which attempt follows it
@@ -346,8 +347,9 @@ def follow_attempts(
     """`submit --wait` past a retry: while the attempt it followed ended and another follows
     (or is due), follow that one, so the outcome is the final attempt's."""
     while result.outcome is not None:
-        follow_up(state, result.job.job_id)  # this process followed the job: it makes it
         job = state.registry.get(result.job.job_id)
+        if next_attempt(job) is not None and not job.retried_by:
+            ensure_supervisor(state)  # it makes the attempt (a follower only reads)
         if next_attempt(job) is None and not job.retried_by:
             return result
         deadline = time.monotonic() + appear_s

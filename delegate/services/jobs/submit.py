@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from delegate.adapters.bus import keeps_history
-from delegate.adapters.fsio import atomic_write
+from delegate.adapters.fsio import atomic_write, write_new
 from delegate.adapters.groups import GroupBook
 from delegate.adapters.tmux import Tmux, TmuxUnreachable, validate_session_name
 from delegate.config.budget import budget_for
-from delegate.config.profiles import Profile, read_config, resolve
+from delegate.config.profiles import ConfigFile, Profile, read_config, resolve
 from delegate.config.settings import mcp_warm_s
 from delegate.core.caps import AFTER_RULES, Gate, broken_dependency
 from delegate.core.errors import (
@@ -49,7 +49,7 @@ from delegate.services.jobs.launch import (
 )
 from delegate.services.jobs.register import register_job
 from delegate.services.ps import waiting_reasons
-from delegate.services.state import State
+from delegate.services.state import State, strip_credentials
 from delegate.services.supervisor import ensure_supervisor
 
 TYPE_CHECKING = False  # the watcher's module: only what follows a job loads it (_watcher)
@@ -178,9 +178,12 @@ def parse_after(text: str | list[str] | tuple[str, ...] | None) -> tuple[str, ..
     return tuple(ids)
 
 
-def check_queue_rules(state: State, request: SubmitRequest) -> None:
+def check_queue_rules(
+    state: State, request: SubmitRequest, fresh: frozenset[str] = frozenset()
+) -> None:
     """Refuse, before anything is recorded, a job that could never start: an unknown group or
-    dependency, an unknown rule, or a dependency whose ending already breaks the rule."""
+    dependency, an unknown rule, or a dependency whose ending already breaks the rule. `fresh`:
+    ids of jobs being made with it (a plan's), which exist once it is recorded."""
     if request.group is not None:
         GroupBook(state.layout.groups_book).get(request.group)
     if request.after_rule is not None and request.after_rule not in AFTER_RULES:
@@ -189,11 +192,12 @@ def check_queue_rules(state: State, request: SubmitRequest) -> None:
         )
     if request.after_rule is not None and not request.after:
         raise UsageError("--after-rule needs --after")
-    states = state.job_states(request.after)
-    for dep in request.after:
+    after = tuple(dep for dep in request.after if dep not in fresh)
+    states = state.job_states(after)
+    for dep in after:
         if dep not in states:
             raise UsageError(f"--after {dep}: no such job")
-    broken = broken_dependency(request.after, request.after_rule, Gate(states))
+    broken = broken_dependency(after, request.after_rule, Gate(states))
     if broken is not None:
         raise UsageError(
             f"job {broken} ended {states[broken].value}: the job could never start"
@@ -297,16 +301,29 @@ def build_prompt(profile: Profile, prompt: bytes) -> bytes:
     return preamble().encode("utf-8") + b"\n---\n\n" + prompt
 
 
-def submit(
+class Prepared(NamedTuple):
+    """What a submit has decided and checked before anything is recorded."""
+
+    request: SubmitRequest
+    config: ConfigFile
+    profile: Profile
+    workdir: Path
+    tree: worktrees.WorktreePlan | None
+    notify: list[str] | None
+
+
+def prepare(
     state: State,
     request: SubmitRequest,
+    tmux: Tmux,
     *,
-    wait: bool,
-    emit: Callable[[dict[str, Any]], None] = lambda envelope: None,
-    tmux: Tmux | None = None,
-    note: Callable[[str], None] = lambda text: None,
-) -> SubmitResult:
-    config_file = read_config(state.layout.home, state.env)
+    config_file: ConfigFile | None = None,
+    fresh: frozenset[str] = frozenset(),
+) -> Prepared:
+    """Check a request as far as it can be without recording anything: its profile and
+    command (on the agent's own PATH), workdir, worktree, limits, queue rules (`fresh`: ids of
+    jobs made with it, a plan's, not looked for), hooks and the tmux socket folder."""
+    config_file = config_file or read_config(state.layout.home, state.env)
     profile = resolve(
         agent=request.agent, cmd=request.cmd, config=config_file.tables, source=config_file.path
     )
@@ -323,17 +340,31 @@ def submit(
     )
     _check_max_running(request)
     check_budget(request)
-    check_queue_rules(state, request)
+    check_queue_rules(state, request, fresh)
     notify = parse_on_event(request.on_event)
     if request.session is not None:
         validate_session_name(request.session)
-    tmux = tmux or Tmux.from_env(state.env)
     tmux.prepare()  # an unusable socket folder is refused before any job exists
     check_run_as(profile.run_as)
     # Found now, on the agent's own PATH: a missing command is refused before any job exists.
     profile = profile._replace(
         command=tuple(agent_env.resolve_command(profile, agent_env.agent_path(profile, state.env)))
     )
+    return Prepared(request, config_file, profile, workdir, tree, notify)
+
+
+def submit(
+    state: State,
+    request: SubmitRequest,
+    *,
+    wait: bool,
+    emit: Callable[[dict[str, Any]], None] = lambda envelope: None,
+    tmux: Tmux | None = None,
+    note: Callable[[str], None] = lambda text: None,
+) -> SubmitResult:
+    tmux = tmux or Tmux.from_env(state.env)
+    prepared = prepare(state, request, tmux)
+    profile, workdir = prepared.profile, prepared.workdir
     known = request.idempotency_key and state.registry.find_by_key(request.idempotency_key)
     if request.session is not None and not known:
         # Checked before anything is recorded: a refused submit leaves no job behind. (A job
@@ -360,12 +391,16 @@ def submit(
     try:
         if request.session is not None:
             check_session_free(state, session)
-        if tree is not None:  # made at launch (launch_in_tmux), now or when a slot frees
-            job = worktrees.record(state, job, tree)
+        if prepared.tree is not None:  # made at launch (launch_in_tmux), now or when a slot frees
+            job = worktrees.record(state, job, prepared.tree)
             workdir = Path(job.workdir or workdir)
-        job = _admit(state, job, profile, workdir, session, request, notify, tmux)
+        launch, fields = launch_spec(state, job.job_id, prepared._replace(workdir=workdir), tmux)
+        # one write of the record for all of it: each costs two fsyncs
+        job = state.registry.admit(
+            job.job_id, launch, start_policy(state, caps(state)), this_launcher(), fields
+        )
     except BaseException as exc:
-        _end_unstarted(state, job.job_id, "launch_failed", exc)
+        end_unstarted(state, job.job_id, "launch_failed", exc)
         raise
     return _start(
         state,
@@ -445,9 +480,8 @@ def submit_remote(
     )
 
 
-def _budget(state: State, profile: str, request: SubmitRequest) -> dict[str, Any]:
+def _budget(config: ConfigFile, profile: str, request: SubmitRequest) -> dict[str, Any]:
     """The job's limits: its flags, else `[budget]` of delegate.toml (for its profile)."""
-    config = read_config(state.layout.home, state.env)
     default = budget_for(config.tables, config.path, profile)
     cost = request.max_cost_usd if request.max_cost_usd is not None else default.max_cost_usd
     tokens = request.max_tokens if request.max_tokens is not None else default.max_tokens
@@ -461,32 +495,37 @@ def check_budget(request: SubmitRequest) -> None:
         raise UsageError("--max-tokens must be a positive integer")
 
 
-def _admit(
+def launch_spec(
     state: State,
-    job: Job,
-    profile: Profile,
-    workdir: Path,
-    session: str,
-    request: SubmitRequest,
-    notify: list[str] | None,
+    job_id: str,
+    prepared: Prepared,
     tmux: Tmux,
-) -> Job:
-    job_dir = state.audit.job_dir(job.job_id, create=True)
+    *,
+    session: str | None = None,
+    durable: bool = True,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Write the job's prompt, settings and environment beside its audit, and say how its
+    wrapper launches it (the record's `launch`) and the record's other fields. `durable=False`:
+    a plan's job, whose commit syncs everything at once."""
+    request, profile, workdir = prepared.request, prepared.profile, prepared.workdir
+    session = session or request.session or f"{SESSION_PREFIX}{job_id}"
+    job_dir = state.audit.job_dir(job_id, create=True)
+    write = atomic_write if durable else write_new
     prompt_path = job_dir / "prompt"
-    atomic_write(prompt_path, build_prompt(profile, request.prompt))
+    write(prompt_path, build_prompt(profile, request.prompt))
     settings_path = None
     if profile.channel == "claude-stream":
         # approvals (hmac, the protocol): only a claude-stream job's hook settings need them
         from delegate.config.approvals import approval_settings
 
         settings_path = job_dir / "claude-settings.json"
-        config = read_config(state.layout.home, state.env)
+        config = prepared.config
         wait_s = approval_settings(config.tables, config.path).timeout_s
-        atomic_write(settings_path, claude_settings(wait_s))
+        write(settings_path, claude_settings(wait_s))
     argv = profile.argv(
         prompt_file=prompt_path,
         workdir=workdir,
-        job_id=job.job_id,
+        job_id=job_id,
         settings_file=settings_path,
         conversation_id=request.conversation_id,
         in_repository=in_repository(workdir),
@@ -494,8 +533,8 @@ def _admit(
     env = agent_env.build(
         state,
         profile,
-        job_id=job.job_id,
-        bus_url=state.bus_url_for(job),
+        job_id=job_id,
+        bus_url=strip_credentials(state.default_bus_url(request.bus_url)),  # as recorded
         tmux_socket=tmux.socket_path,
     )
     mcp = not request.no_mcp and mcp_config.registers(profile.name, argv)
@@ -519,21 +558,18 @@ def _admit(
         "session": session,
         "tmux_socket": tmux.socket_path,
         "max_running": request.max_running,
-        "notify": notify,
+        "notify": prepared.notify,
         "conversation_id": request.conversation_id,
         "conversation_usage": request.conversation_usage if request.conversation_id else None,
         "after": list(request.after) or None,
         "after_rule": request.after_rule if request.after else None,
         "group": request.group,
         "detached": request.detached or None,
-        **_budget(state, profile.name, request),
+        **_budget(prepared.config, profile.name, request),
         **attempt_fields(request, profile.on_interrupt),
     }
-    agent_env.save(state, job.job_id, env)
-    # one write of the record for all of it: each costs two fsyncs
-    return state.registry.admit(
-        job.job_id, launch, start_policy(state, caps(state)), this_launcher(), fields
-    )
+    agent_env.save(state, job_id, env, durable=durable)
+    return launch, fields
 
 
 def _start(
@@ -564,12 +600,17 @@ def _start(
     return result._replace(queue_position=position[0], waiting_for=waiting[0])
 
 
-def _end_unstarted(state: State, job_id: str, failure: str, exc: BaseException) -> None:
+def end_unstarted(
+    state: State, job_id: str, failure: str, exc: BaseException, *, raise_again: bool = True
+) -> None:
     """End a job that could not be started with `failure` and the cause's message; a
-    DelegateError cause is raised again as a StartFailed that says the job has ended."""
+    DelegateError cause is raised again as a StartFailed that says the job has ended (unless
+    `raise_again` is False: the caller goes on with other jobs)."""
     reason = f"{failure}: {exc}" if isinstance(exc, DelegateError) else failure
     cause = {"source": "launcher", "observed": True, "error": str(exc)}
     end_job(state, job_id, JobState.ERROR, reason=reason, actor="submit", cause=cause)
+    if not raise_again:
+        return
     if isinstance(exc, DelegateError) and not isinstance(exc, StartFailed):
         raise StartFailed(job_id, failure, exc) from exc
 
@@ -602,7 +643,7 @@ def _follow_and_start(
     except BaseException as exc:
         if watcher is not None:
             watcher.close()
-        _end_unstarted(state, job.job_id, failure, exc)
+        end_unstarted(state, job.job_id, failure, exc)
         raise
     if late:
         watcher = _watcher(state, job.job_id, emit=emit, note=note)  # (the supervisor has it)
