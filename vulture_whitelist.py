@@ -57,3 +57,8 @@ action_filter
 action_close_prompt
 action_permission
 action_quit_top
+# http.server handlers (tests, benches): called by the standard library by name
+do_GET
+log_message
+# autouse fixtures: pytest calls them
+_groups_cleared

@@ -83,26 +83,31 @@ def supervisor_pid(home: Path) -> int | None:
     return None
 
 
+def queue_paused_plan(exe: str, env: dict[str, str], home: Path, count: int) -> float:
+    """Register a plan of `count` small jobs in a paused group; its wall time in seconds."""
+    work = home.parent / "plan-work"
+    work.mkdir(exist_ok=True)
+    subprocess.run([exe, "group", "add", "nightly"], env=env, check=True, capture_output=True)
+    subprocess.run([exe, "group", "pause", "nightly"], env=env, check=True, capture_output=True)
+    plan = home.parent / "plan.toml"
+    lines = ['agent = "shell"', f'workdir = "{work}"', 'group = "nightly"', ""]
+    for n in range(count):
+        lines += ["[[jobs]]", f'name = "j{n}"', f'prompt = "echo {n}"', ""]
+    plan.write_text("\n".join(lines))
+    started = time.perf_counter()
+    done = subprocess.run(
+        [exe, "submit", "--from-file", str(plan)], env=env, capture_output=True, text=True
+    )
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"the plan failed: {done.stderr.strip()[-400:]}")
+    return wall
+
+
 def plan_bench(count: int) -> dict[str, object]:
     with temp_home() as home, private_tmux() as socket:
         env = bench_env(home, DELEGATE_TMUX_SOCKET=socket)
-        exe = delegate_exe()
-        work = home.parent / "work"
-        work.mkdir()
-        subprocess.run([exe, "group", "add", "nightly"], env=env, check=True, capture_output=True)
-        subprocess.run([exe, "group", "pause", "nightly"], env=env, check=True, capture_output=True)
-        plan = home.parent / "plan.toml"
-        lines = ['agent = "shell"', f'workdir = "{work}"', 'group = "nightly"', ""]
-        for n in range(count):
-            lines += ["[[jobs]]", f'name = "j{n}"', f'prompt = "echo {n}"', ""]
-        plan.write_text("\n".join(lines))
-        started = time.perf_counter()
-        done = subprocess.run(
-            [exe, "submit", "--from-file", str(plan)], env=env, capture_output=True, text=True
-        )
-        wall = time.perf_counter() - started
-        if done.returncode != 0:
-            raise SystemExit(f"the plan failed: {done.stderr.strip()[-400:]}")
+        wall = queue_paused_plan(delegate_exe(), env, home, count)
         time.sleep(2.0)  # the supervisor's first passes over the queue
         procs = delegator(home)
         resident = sum(rss_bytes(pid) for pid in procs)
@@ -126,12 +131,14 @@ done
 """
 
 
-def running_bench(count: int, every: float, hold: float) -> dict[str, object]:
+def running_bench(count: int, every: float, hold: float, queued: int) -> dict[str, object]:
     with temp_home() as home, private_tmux() as socket:
         env = bench_env(home, DELEGATE_TMUX_SOCKET=socket, DELEGATE_SUPERVISOR_QUIET_S="600")
         exe = delegate_exe()
         work = home.parent / "work"
         work.mkdir()
+        if queued:  # a nightly plan waits beside them, paused: the supervisor follows it too
+            queue_paused_plan(exe, env, home, queued)
         beats = max(1, int(hold / every))
         script = SHELL_JOB.format(beats=beats, every=every)
         ids = []
@@ -155,6 +162,7 @@ def running_bench(count: int, every: float, hold: float) -> dict[str, object]:
         lags = _completed_lags(home, ids, timeout=hold * 3 + 60)
         return {
             "running": count,
+            "queued_beside": queued,
             "progress_every_s": every,
             "supervisor_rss_mb": round(max(samples) / 1e6, 1),
             "supervisor_cpu_share_of_one_core": round(cpu, 3),
@@ -200,12 +208,13 @@ def main() -> None:
     parser.add_argument("--running", type=int, nargs="*", default=[10, 100, 200])
     parser.add_argument("--every", type=float, default=1.0)
     parser.add_argument("--hold", type=float, default=30.0)
+    parser.add_argument("--queued", type=int, default=10_000, help="queued jobs beside them")
     args = parser.parse_args()
     precompile()
     result: dict[str, object] = {}
     if args.plan:
         result["plan"] = plan_bench(args.plan)
-    runs = [running_bench(n, args.every, args.hold) for n in args.running]
+    runs = [running_bench(n, args.every, args.hold, args.queued) for n in args.running]
     if runs:
         result["running"] = runs
         if len(runs) > 1:

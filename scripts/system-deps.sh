@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Make sure the system tools delegate needs are installed: `demo` (what running it needs: tmux,
+# bubblewrap for sandboxed jobs,
 # and Java for the Spark report) or `test` (that, plus what the test suite drives).
 # As root on Debian/Ubuntu this installs what is missing with apt-get; otherwise it stops with
 # one message naming the packages to install.
@@ -14,6 +15,8 @@ if command -v java >/dev/null 2>&1; then
     [ -n "$major" ] && [ "$major" -ge 17 ] && java_ok=true
 fi
 $java_ok || missing+=(openjdk-17-jre-headless)
+# bubblewrap: a job's sandbox (`sandbox = true`); its absence refuses such a job, nothing else
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 
 if [ "$purpose" = test ]; then
     command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)

@@ -66,7 +66,12 @@ def test_an_agent_cannot_declare_an_ending_only_the_wrapper_reports(home, tmux_e
     own `delegate publish` (issue 30, item 2): refused in one line, nothing recorded."""
     lines = []
     for n, detail in enumerate(
-        ["rate_limited: resets at 2030-01-01T00:00:00Z", "tmux_gone: gone", "budget_exceeded: x"]
+        [
+            "rate_limited: resets at 2030-01-01T00:00:00Z",
+            "tmux_gone: gone",
+            "budget_exceeded: x",
+            "memory_exceeded: the agent reached its memory limit",
+        ]
     ):
         lines.append(
             f"{DELEGATE} publish --event error --detail '{detail}' 2> err{n}; echo $? > rc{n}"
@@ -74,7 +79,7 @@ def test_an_agent_cannot_declare_an_ending_only_the_wrapper_reports(home, tmux_e
     job_id = submit_no_wait(home, tmux_env, tmp_path, "\n".join(lines), "--on-interrupt", "requeue")
     state = open_state(home)
     retry_until(lambda: state.registry.get(job_id).status.terminal, timeout=30)
-    for n in range(3):
+    for n in range(4):
         assert (tmp_path / f"rc{n}").read_text().strip() == "64"
         said = (tmp_path / f"err{n}").read_text().strip().splitlines()
         assert len(said) == 1 and "the wrapper's to report" in said[0], said

@@ -348,7 +348,12 @@ def _spec_job(**fields: object) -> Job:
         "on_interrupt": "requeue",
         "parent": "cccccccc",
         "detached": True,
-        "launch": {"argv": ["bash", "/p"], "mcp": False},
+        "launch": {
+            "argv": ["bash", "/p"],
+            "mcp": False,
+            "limits": {"memory_bytes": 1 << 30, "pids": 64},
+            "sandbox": {"bwrap": "/usr/bin/bwrap", "hide": ["/root"], "network": "none"},
+        },
         "max_cost_usd": 1.25,
         "max_tokens": 5000,
         "conversation_id": "conv-9",

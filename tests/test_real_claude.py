@@ -406,3 +406,29 @@ def test_a_budget_stops_the_real_claude_part_way(anthropic_server, home, tmux_en
     assert job.status is JobState.ERROR
     assert (job.error or "").startswith("budget_exceeded: 1,203 tokens"), job.error
     assert len(server.turn_requests) <= 4  # stopped: not all seven turns were asked for
+
+
+def test_a_sandboxed_claude_reaches_its_model_through_the_allowlist_only(
+    anthropic_server, home, tmux_env, tmp_path
+):
+    """Issue 32: the real claude in a bubblewrap box, its network only its egress proxy, which
+    lets through the model server's address and nothing else: it completes its job."""
+    import shutil
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("no bubblewrap here")
+    server = anthropic_server.script(text("all done, from inside the box"))
+    sandbox = '[sandbox]\nnetwork = "allowlist"\nallow_hosts = ["127.0.0.1"]\n'
+    claude_profile(home, server, extra=sandbox)
+    env = claude_job_env(tmux_env)
+    job_id = _submit(home, env, tmp_path / "work", "--sandbox")
+    job = _ended(home, job_id, timeout=90)
+    assert job.status is JobState.COMPLETED, job.error
+    assert job.launch["sandbox"]["network"] == "allowlist"
+    audit = State.open(env={"DELEGATE_HOME": str(home)}).audit
+    # its ending comes from claude's stream; its connections are said as they close, once
+    # claude has exited (it keeps them open until then)
+    said = retry_until(lambda: audit.read_events(job_id, "egress"), timeout=30)
+    reached = {(e["host"], e["allowed"]) for e in said}
+    assert ("127.0.0.1", True) in reached, said
+    assert all(e["host"] in ("127.0.0.1", "api.anthropic.com") or not e["allowed"] for e in said)

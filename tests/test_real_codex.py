@@ -51,7 +51,7 @@ from tests.models.cli import AGENT_BIN, CODEX
 from tests.models.openai import API_KEY
 
 # Extends the built-in profile (no `command`): the scripted provider's key reaches the agent.
-EXTEND_CODEX = '[profiles.codex]\npass_env = ["SCRIPTED_OPENAI_API_KEY"]\n'
+EXTEND_CODEX = '[profiles.codex]\npass_env = ["SCRIPTED_OPENAI_API_KEY", "TMPDIR"]\n'
 IDLE_S, WALL_S = 60.0, 120.0  # generous but finite: every ending below comes well before them
 # What codex 0.169 says when a 429's error is `insufficient_quota` (codex-rs maps that code to
 # its QuotaExceeded error, which it does not retry).
@@ -523,3 +523,41 @@ def test_codex_puts_on_the_blackboard_through_delegate_mcp_with_no_secret_in_any
         assert secret not in processes
         assert secret not in json.dumps(job)
     assert token not in openai_server.dump()  # nor did codex hand the job's token to the model
+
+
+def test_a_sandboxed_codex_edits_its_workdir_through_the_allowlist_only(
+    home: Path, tmux_env, tmp_path: Path, openai_server: OpenAIServer
+):
+    """Issue 32: the real codex in a bubblewrap box whose only network is its egress proxy,
+    which lets through the model server's address: it does its work and completes."""
+    import shutil
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("no bubblewrap here")
+    env = codex_env(home, tmux_env, tmp_path, openai_server)
+    # its own sandbox is off inside ours: it needs no TMPDIR of its own (whose long path would
+    # leave the warm MCP server no place for its socket)
+    env.pop("TMPDIR")
+    codex_home = tmp_path / "codex-home"
+    sandbox = (
+        f'[sandbox]\nnetwork = "allowlist"\nallow_hosts = ["127.0.0.1"]\nwrite = ["{codex_home}"]\n'
+    )
+    with (home / "delegate.toml").open("a") as config:
+        config.write(sandbox)
+    work = tmp_path / "work"
+    work.mkdir()
+    openai_server.script(exec_command("touch made-in-the-box"), text("touched it"))
+
+    result, job_id, _ = submit_codex(home, env, work, "Make the file.", "--sandbox")
+
+    assert result.returncode == 0, result.stderr
+    assert (work / "made-in-the-box").exists()
+    job = shown(home, env, job_id)
+    assert job["status"] == "completed", job["error"]
+    # codex cannot make its own sandbox inside ours: it is told ours holds it
+    assert 'sandbox_mode="danger-full-access"' in job["launch"]["argv"]
+    said = retry_until(
+        lambda: State.open(env={"DELEGATE_HOME": str(home)}).audit.read_events(job_id, "egress"),
+        timeout=30,
+    )
+    assert ("127.0.0.1", True) in {(e["host"], e["allowed"]) for e in said}, said

@@ -38,6 +38,7 @@ from delegate.cli.common import (
 )
 from delegate.core.errors import say
 from delegate.core.eventlines import audit_line
+from delegate.core.limits import Limits, describe, human_bytes
 from delegate.core.model import Job
 from delegate.core.outcome import record_note, status_note
 from delegate.core.timefmt import human_duration, human_timeout, local_time
@@ -197,10 +198,7 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
     """
     state = open_state()
     job = state.registry.get(job_id)
-    record = job.public_dict()
-    record["audit_log"] = str(state.audit.events_path(job_id))
-    if job.follow_up_of or (job.worktree or {}).get("handed_to"):
-        record["review_chain"] = worktree_chain(state, job_id)  # `delegate review`'s follow-ups
+    record = _shown_record(state, job)
     story = explain(state, job_id)
     if wants_json(as_json):
         print_json({**record, "transitions": story["transitions"], "attempts": story["attempts"]})
@@ -215,6 +213,8 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
             return local_time(v)
         if key.endswith("_timeout_s"):
             return human_timeout(v)
+        if key == "peak_memory_bytes":
+            return human_bytes(v)
         return json.dumps(v) if isinstance(v, dict | list) else str(v)
 
     rows = [[k, value(k, v)] for k, v in sorted(record.items())]
@@ -229,6 +229,25 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
             empty="none",
         )
     return 0
+
+
+def _shown_record(state: State, job: Job) -> dict[str, Any]:
+    """The record `show` prints: never the token; the audit log's path, the limits in words
+    and a review's chain beside it."""
+    record = job.public_dict()
+    record["audit_log"] = str(state.audit.events_path(job.job_id))
+    limits = Limits.from_dict((job.launch or {}).get("limits"))
+    if limits:
+        record["limits"] = describe(limits)
+    if (job.launch or {}).get("sandbox", {}).get("network") == "allowlist":
+        said = state.audit.read_events(job.job_id, "egress")
+        for key, allowed in (("hosts_reached", True), ("hosts_refused", False)):
+            record[key] = sorted(
+                {f"{e['host']}:{e['port']}" for e in said if e["allowed"] is allowed}
+            )
+    if job.follow_up_of or (job.worktree or {}).get("handed_to"):
+        record["review_chain"] = worktree_chain(state, job.job_id)  # `review`'s follow-ups
+    return record
 
 
 def job_note(job: Job, now: datetime) -> str:

@@ -123,6 +123,18 @@ def submit(
         int | None,
         typer.Option("--max-tokens", help="Stop it once its agent has used more than N tokens."),
     ] = None,
+    max_memory: Annotated[
+        str | None,
+        typer.Option("--max-memory", help="Memory its whole process tree may hold (512M, 4G)."),
+    ] = None,
+    max_cpus: Annotated[
+        float | None,
+        typer.Option("--max-cpus", help="Cores its process tree may use (0.5, 2)."),
+    ] = None,
+    max_pids: Annotated[
+        int | None,
+        typer.Option("--max-pids", help="Processes and threads it may have at once."),
+    ] = None,
     no_mcp: Annotated[
         bool,
         typer.Option(
@@ -135,6 +147,14 @@ def submit(
             "--worktree/--no-worktree",
             help="Run it in its own git worktree of --workdir's repository, on a new branch"
             " (default: as delegate.toml's [worktree] says).",
+        ),
+    ] = None,
+    sandbox: Annotated[
+        bool | None,
+        typer.Option(
+            "--sandbox/--no-sandbox",
+            help="Run the agent in a bubblewrap sandbox: only its workdir writable, no home, no"
+            " state dir, no network (default: its profile, then delegate.toml's [sandbox]).",
         ),
     ] = None,
     branch: Annotated[
@@ -209,10 +229,14 @@ def submit(
         after_rule=after_rule,
         group=group,
         worktree=worktree,
+        sandbox=sandbox,
         branch=branch,
         base=base,
         max_cost=max_cost,
         max_tokens=max_tokens,
+        max_memory=max_memory,
+        max_cpus=max_cpus,
+        max_pids=max_pids,
         retries=retries,
         retry_on=retry_on,
         backoff=backoff,

@@ -81,6 +81,9 @@ class Profile(NamedTuple):
     allowed_tools: tuple[str, ...] = ()
     # Codex's own sandbox (`sandbox_mode`): read-only cannot edit the workdir.
     agent_sandbox: str | None = None
+    # Our sandbox (bubblewrap, core/sandbox) around the agent and all it starts; None: as
+    # `[sandbox] default` says
+    sandbox: bool | None = None
 
     def argv(
         self,
@@ -246,6 +249,7 @@ _PROFILE_KEYS = frozenset(
         "permission_mode",
         "allowed_tools",
         "agent_sandbox",
+        "sandbox",
     }
 )
 # What a table without `command` may say of a built-in profile: it extends it. How the agent
@@ -311,7 +315,8 @@ def _run_as(table: dict[str, Any], where: str) -> str | None:
 
 
 def _agent_permissions(table: dict[str, Any], where: str) -> dict[str, Any]:
-    """`permission_mode`, `allowed_tools`, `agent_sandbox`, as given (absent ones left out)."""
+    """`permission_mode`, `allowed_tools`, `agent_sandbox`, `sandbox`, as given (absent ones
+    left out)."""
     found: dict[str, Any] = {}
     if "permission_mode" in table:
         found["permission_mode"] = _one_of(table, "permission_mode", "", PERMISSION_MODES, where)
@@ -324,6 +329,10 @@ def _agent_permissions(table: dict[str, Any], where: str) -> dict[str, Any]:
         found["allowed_tools"] = tuple(tools)
     if "agent_sandbox" in table:
         found["agent_sandbox"] = _one_of(table, "agent_sandbox", "", AGENT_SANDBOXES, where)
+    if "sandbox" in table:
+        if not isinstance(table["sandbox"], bool):
+            raise ConfigError(f"{where}: sandbox must be true or false")
+        found["sandbox"] = table["sandbox"]
     return found
 
 

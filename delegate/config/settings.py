@@ -46,6 +46,8 @@ REPORT_WARM_ENV = "DELEGATE_REPORT_WARM_S"
 PUBLISH_WARM_ENV = "DELEGATE_PUBLISH_WARM_S"
 MCP_WARM_ENV = "DELEGATE_MCP_WARM_S"
 SUPERVISOR_QUIET_ENV = "DELEGATE_SUPERVISOR_QUIET_S"
+CGROUP_ROOT_ENV = "DELEGATE_CGROUP_ROOT"
+DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
 RATE_LIMIT_JITTER_ENV = "DELEGATE_RATE_LIMIT_JITTER_S"
 PATH_ENV = "PATH"
 # What an agent gets of its submitter's environment besides PATH (services/jobs/agent_env).
@@ -161,6 +163,11 @@ ENV_VARS = (
         " up with no open job",
     ),
     EnvVar(
+        CGROUP_ROOT_ENV,
+        f"`{DEFAULT_CGROUP_ROOT}`",
+        "where the machine's cgroups are mounted (a job's --max-memory, --max-cpus, --max-pids)",
+    ),
+    EnvVar(
         RATE_LIMIT_JITTER_ENV,
         "`5`",
         "at most how many seconds past its limit's reset a rate-limited attempt resumes (a random"
@@ -228,6 +235,11 @@ def supervisor_quiet_s(env: Mapping[str, str]) -> float:
     """`$DELEGATE_SUPERVISOR_QUIET_S` of `env`: how long a started supervisor stays with no open
     job (services/supervisor); ConfigError for what is no number of seconds."""
     return _seconds(env, SUPERVISOR_QUIET_ENV, DEFAULT_SUPERVISOR_QUIET_S)
+
+
+def cgroup_root(env: Mapping[str, str]) -> str:
+    """`$DELEGATE_CGROUP_ROOT` of `env`: where the cgroups are mounted (adapters/cgroups)."""
+    return env.get(CGROUP_ROOT_ENV, "").strip() or DEFAULT_CGROUP_ROOT
 
 
 def rate_limit_jitter_s(env: Mapping[str, str]) -> float | None:

@@ -174,7 +174,7 @@ def waiting_for(
     if unmet:
         return f"waits for {', '.join(unmet)} ({job.after_rule or AFTER_RULES[0]})"
     rule = gate.groups.get(job.group) if job.group else None
-    held = _group_holds(str(job.group), rule) if rule is not None else None
+    held = group_holds(str(job.group), rule) if rule is not None else None
     if held is not None:
         return held
     if job.host is not None:
@@ -192,7 +192,7 @@ def waiting_for(
     return None
 
 
-def _group_holds(group: str, rule: GroupRule) -> str | None:
+def group_holds(group: str, rule: GroupRule) -> str | None:
     """Why the group itself holds its jobs back (paused, or its day's budget spent), or None."""
     if rule.paused:
         return f"group {group} is paused"

@@ -110,7 +110,9 @@ RATE_LIMITED = "rate_limited"
 # Its pane went away under it (SIGHUP: the tmux session or server was killed): an interruption
 # (`on_interrupt = "requeue"` picks it up), not the agent failing.
 PANE_GONE = "tmux_gone"
-WRAPPER_REASONS = (BUDGET_EXCEEDED, RATE_LIMITED, PANE_GONE)
+# The kernel stopped it at its memory limit (core/limits, read from its cgroup's counters).
+MEMORY_EXCEEDED = "memory_exceeded"
+WRAPPER_REASONS = (BUDGET_EXCEEDED, RATE_LIMITED, PANE_GONE, MEMORY_EXCEEDED)
 
 # The job state an accepted event moves its job to; events missing here change nothing.
 EVENT_TARGET_STATE: dict[EventType, JobState] = {
@@ -211,6 +213,10 @@ class Job(NamedTuple):
     # attempt, max_retries, retry_delay_ms, error_status, error, and `at` (the record time the
     # retry was seen); None once it makes progress again or ends.
     agent_retry: dict[str, Any] | None = None
+    # A limited job's figures, from its cgroup's counters at its end: the most memory it held
+    # at once (bytes) and the CPU time of its whole process tree (seconds)
+    peak_memory_bytes: int | None = None
+    cpu_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._asdict()

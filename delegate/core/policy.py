@@ -27,6 +27,7 @@ from delegate.core.caps import (
     broken_dependency,
     busy_sessions,
     dependency_failure,
+    group_holds,
     may_start,
 )
 from delegate.core.model import (
@@ -749,7 +750,12 @@ def queued_launches(facts: Facts, earlier: Sequence[Action] = ()) -> list[Action
     actions: list[Action] = []
     slots = Slots(open_now, busy)  # counted once; each launch below takes one
     queued = [j for j in open_now if j.status is JobState.QUEUED]
+    # a group that holds all its jobs (paused, its day's budget spent): judged once, so a
+    # paused plan of 10,000 jobs costs a look-up each, not a judgement each
+    held = {name for name, rule in gate.groups.items() if group_holds(name, rule)}
     for job in sorted(queued, key=_by_age):
+        if job.group in held and not job.after:
+            continue  # (a job with dependencies goes on: one may fail it below)
         broken = broken_dependency(job.after, job.after_rule, gate)
         if broken is not None:  # its ender settles it at once; this pass is the safety net
             reason = dependency_failure(broken, gate)

@@ -11,14 +11,18 @@ Without the SDK (the `mcp` extra) it says in one line how to install it and exit
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 
 from delegate.adapters.mcp_handover import hand_over, socket_path
 from delegate.config import logsetup
 from delegate.config.settings import settings
+from delegate.config.statefiles import JOBS_DIR
 from delegate.core.errors import DelegateError, guarded
 from delegate.core.ids import is_job_id
 
+SANDBOX_WAIT_S = 30.0  # how long a sandboxed job's MCP client waits for its warm server
 INSTALL_HINT = "delegate mcp needs the MCP SDK: pip install 'delegate[mcp]'"
 
 
@@ -35,7 +39,15 @@ def served_warm() -> int | None:
     if not env.home or not is_job_id(env.job_id):
         return None
     path = socket_path(env.home, env.job_id)
-    return None if path is None else hand_over(path, env.job_id)
+    if path is None:
+        return None
+    if not os.path.isdir(os.path.join(env.home, JOBS_DIR)):
+        # inside a sandbox (the state dir is hidden there): only the warm server, outside,
+        # can serve, and it may still be starting
+        deadline = time.monotonic() + SANDBOX_WAIT_S
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return hand_over(path, env.job_id)
 
 
 def main_mcp() -> int:

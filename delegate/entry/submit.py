@@ -44,19 +44,28 @@ _TEXT: dict[str, str] = {
     "--retry-on": "retry_on",
     "--backoff": "backoff",
     "--on-interrupt": "on_interrupt",
+    "--max-memory": "max_memory",
 }
 _PATHS = {"--prompt-file": "prompt_file", "--workdir": "workdir"}
 _FLOATS = {
     "--wall-timeout": "wall_timeout",
     "--idle-timeout": "idle_timeout",
     "--max-cost": "max_cost",
+    "--max-cpus": "max_cpus",
 }
-_INTS = {"--max-running": "max_running", "--max-tokens": "max_tokens", "--retries": "retries"}
+_INTS = {
+    "--max-running": "max_running",
+    "--max-tokens": "max_tokens",
+    "--max-pids": "max_pids",
+    "--retries": "retries",
+}
 _FLAGS = {
     "--wait": ("wait", True),
     "--no-wait": ("wait", False),
     "--worktree": ("worktree", True),
     "--no-worktree": ("worktree", False),
+    "--sandbox": ("sandbox", True),
+    "--no-sandbox": ("sandbox", False),
 }
 SUBMIT_OPTIONS: dict[str, bool] = {
     **dict.fromkeys([*_TEXT, *_PATHS, *_FLOATS, *_INTS], True),
@@ -70,6 +79,7 @@ FLAG_NAMES = [
     *_INTS.values(),
     "wait",
     "worktree",
+    "sandbox",
 ]
 
 

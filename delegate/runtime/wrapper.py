@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from delegate.adapters.fsio import path_with
+from delegate.adapters.mcp_handover import socket_path as mcp_socket
 from delegate.adapters.publish_socket import PublishServer, socket_path
 from delegate.config import logsetup
 from delegate.config.settings import (
@@ -55,7 +56,10 @@ from delegate.core.approvals import (
 from delegate.core.channels import claude_usage, parser_for
 from delegate.core.errors import BusError, DelegateError, PublishRefused, guarded, say
 from delegate.core.model import PANE_GONE, EventType
+from delegate.core.sandbox import Box, bwrap_argv
 from delegate.core.timefmt import record_timestamp
+from delegate.runtime.egress import EgressProxy, proxy_env
+from delegate.runtime.limited import LimitedGroup
 from delegate.runtime.mcp_warm import start_for_job
 from delegate.runtime.spending import Spending, stop_ladder
 from delegate.services.jobs import agent_env
@@ -531,7 +535,42 @@ def _run_agent(
     as_user: dict[str, Any] = {}
     if identity is not None:
         as_user = {"user": identity.uid, "group": identity.gid, "extra_groups": []}
+    proxy = None
+    if launch.get("sandbox"):
+        argv, proxy = boxed(state, job_id, argv, workdir, env)
+    try:
+        return _run_limited(
+            state, job_id, argv, workdir, env, stdin_spec, (prompt_path, log_path), relay, as_user
+        )
+    finally:
+        if proxy is not None:
+            proxy.close()
+
+
+def _run_limited(
+    state: State,
+    job_id: str,
+    argv: list[str],
+    workdir: Path,
+    env: dict[str, str],
+    stdin_spec: int | None,
+    paths: tuple[Path, Path],
+    relay: SignalRelay,
+    as_user: dict[str, Any],
+) -> int:
+    """Start the agent in its cgroups (when it has limits), follow it, remove them."""
+    launch = state.registry.get(job_id).launch
     on_terminal = stdin_spec is None and _terminal_or_devnull() is None
+    try:
+        limited = LimitedGroup.make(
+            state,
+            job_id,
+            launch,
+            lambda detail, data: report(state, job_id, "error", detail=detail, data=data),
+        )
+    except OSError as exc:  # checked at submit: the machine changed since
+        report(state, job_id, "error", detail=f"its limits could not be applied: {exc}")
+        return 126
     try:
         agent = _start_agent(
             argv,
@@ -543,10 +582,32 @@ def _run_agent(
             stderr=subprocess.STDOUT,
             process_group=0,  # its own group: signals reach the agent and all it started
             **as_user,
+            **limited.popen(),
         )
     except OSError as exc:
+        limited.close()
         report(state, job_id, "error", detail=f"agent could not start: {exc.strerror}")
         return 127
+    try:
+        return _follow_agent(state, job_id, agent, launch, env, paths, relay, limited, on_terminal)
+    finally:
+        limited.close()
+
+
+def _follow_agent(
+    state: State,
+    job_id: str,
+    agent: subprocess.Popen[bytes],
+    launch: dict[str, Any],
+    env: dict[str, str],
+    paths: tuple[Path, Path],
+    relay: SignalRelay,
+    limited: LimitedGroup,
+    on_terminal: bool,
+) -> int:
+    """Feed the agent its prompt, read its output and channel, wait for it, report its end."""
+    prompt_path, log_path = paths
+    limited.started(stop=lambda: stop_ladder(agent.pid))
     relay.attach(agent.pid)
     if not on_terminal:  # (one that reads the terminal was given it before it began)
         _give_terminal(agent.pid)
@@ -576,11 +637,60 @@ def _run_agent(
     returncode = agent.wait()
     relay.reaped()
     beater.stop()
+    limited.ended()  # the memory limit's ending, before any other: it is why the agent died
     for thread in threads:
         thread.join(timeout=0.2 if relay.received else 5)
     listener.finish()  # a codex stream that ended cleanly completes its job here
     _report_exit(state, job_id, str(launch.get("clean_exit", "completed")), relay, returncode)
     return returncode if returncode >= 0 else 128 - returncode
+
+
+def boxed(
+    state: State, job_id: str, argv: list[str], workdir: Path, env: dict[str, str]
+) -> tuple[list[str], EgressProxy | None]:
+    """The agent's command inside its sandbox (core/sandbox): the box its submit recorded, and
+    what this job's own run adds: its workdir (and a worktree's repository metadata) writable,
+    its log folder (prompt, settings, publish socket) and the toolkit readable. With an
+    allowlist, the egress proxy it reaches through (runtime/egress), serving from now."""
+    job = state.registry.get(job_id)
+    box = Box.from_dict(job.launch["sandbox"])
+    write = [str(workdir)]
+    if job.worktree:  # git in a worktree writes its repository's .git (its index, objects)
+        write.append(str(Path(job.worktree["repo"]) / ".git"))
+    logs = state.audit.job_dir(job_id)
+    toolkit = Path(agent_env.toolkit_bin())
+    package = Path(__file__).resolve().parents[2]  # the checkout or site-packages
+    read = [str(logs), str(toolkit.parent), str(package), sys.prefix, sys.base_prefix]
+    socket = env.get(PUBLISH_SOCKET_ENV)
+    if socket:
+        read.append(socket)  # (connecting to it needs no write: it may lie in a private /tmp)
+    warm_mcp = mcp_socket(str(state.layout.home), job_id)
+    if warm_mcp is not None and not warm_mcp.startswith(f"{logs}/"):
+        # a log folder too deep for a socket: the warm MCP server listens in the user's
+        # private temp folder, which the box's own /tmp would hide (made later: its folder)
+        read.append(os.path.dirname(warm_mcp))
+    box = box._replace(read=(*read, *box.read), write=(*write, *box.write))
+    if box.network != "allowlist":
+        return bwrap_argv(box, argv, workdir=str(workdir)), None
+    path = logs / "egress.sock"
+    proxy = EgressProxy(path, box.allow_hosts, lambda said: _egress_said(state, job_id, said))
+    env.update(proxy_env())
+    relay = [sys.executable, "-m", "delegate.runtime.egress", str(path), "--", *argv]
+    return bwrap_argv(box, relay, workdir=str(workdir)), proxy
+
+
+def _egress_said(state: State, job_id: str, said: dict[str, Any]) -> None:
+    """A connection through the job's egress proxy: on record; a refused one also where the
+    person watching sees it (a progress line)."""
+    state.audit.append(job_id, "egress", **said)
+    if not said.get("allowed") and said.get("host") != "?" and not said.get("error"):
+        with contextlib.suppress(DelegateError):
+            report(
+                state,
+                job_id,
+                "progress",
+                detail=f"refused connection to {said['host']}:{said['port']}",
+            )
 
 
 def _report_exit(

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from delegate.adapters.bus import open_bus
+from delegate.adapters.cgroups import support
 from delegate.adapters.tmux import Tmux, TmuxError, round_trip, socket_folder_problem, version
 from delegate.config.profiles import max_running_caps, profiles, read_config
-from delegate.config.settings import TMUX_SOCKET_ENV
+from delegate.config.settings import TMUX_SOCKET_ENV, cgroup_root
 from delegate.core.errors import DelegateError
 from delegate.core.model import JobState
 from delegate.services.state import State, strip_credentials
@@ -86,6 +88,7 @@ def run_checks(state: State) -> list[Check]:
 
     checks.append(config_check(state))
     checks.append(worktree_check(state))
+    checks.append(cgroup_check(state))
     checks.append(supervisor_check(state, open_count=sum(not j.status.terminal for j in jobs)))
     checks.extend(tmux_checks(state))
     checks.extend(bus_checks(state))
@@ -105,6 +108,24 @@ def supervisor_check(state: State, *, open_count: int) -> Check:
         f"not running ({open_count} open job(s)): the next submit or watch starts it,"
         " `delegate monitor` runs one now",
     )
+
+
+def cgroup_check(state: State) -> Check:
+    """Which of --max-memory, --max-cpus, --max-pids this machine enforces (adapters/cgroups):
+    said, a warning only when none can be (a job asking for one is refused)."""
+    root = cgroup_root(state.env)
+    found = support(Path(root))
+    if found.layout is None:
+        return Check(
+            "limits", WARN, f"{found.reason}: jobs with --max-memory/cpus/pids are refused"
+        )
+    flags = {"memory": "--max-memory", "cpu": "--max-cpus", "pids": "--max-pids"}
+    have = [flags[c] for c in sorted(found.controllers)]
+    lacking = [f for c, f in flags.items() if c not in found.controllers]
+    detail = f"cgroup {found.layout} at {root}: {', '.join(have)} enforced"
+    if lacking:
+        detail += f"; {', '.join(lacking)} refused (no writable controller)"
+    return Check("limits", OK, detail)
 
 
 def config_check(state: State) -> Check:

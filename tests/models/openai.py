@@ -327,4 +327,9 @@ log_user_prompt = false
 
 """
     (home / "config.toml").write_text(config + extra)
-    return {"CODEX_HOME": str(home), ENV_KEY: api_key}
+    # codex makes its sandbox helper (an alias of itself) in CODEX_HOME, but never under the
+    # temp folder, as a test's CODEX_HOME is: a TMPDIR of its own lets it (with bubblewrap on
+    # the machine, its workspace-write sandbox needs that helper)
+    temp = home.parent / f"{home.name}-tmp"
+    temp.mkdir(exist_ok=True)
+    return {"CODEX_HOME": str(home), ENV_KEY: api_key, "TMPDIR": str(temp)}

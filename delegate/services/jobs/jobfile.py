@@ -27,6 +27,7 @@ _TEXT = (
     "retry_on",
     "backoff",
     "on_interrupt",
+    "max_memory",
 )
 
 
@@ -98,8 +99,14 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "retries": (lambda v: _is_positive_int(v) or v == 0, "must be 0 or more"),
     "wait": (lambda value: isinstance(value, bool), "must be true or false"),
     "worktree": (lambda value: isinstance(value, bool), "must be true or false"),
+    "sandbox": (lambda value: isinstance(value, bool), "must be true or false"),
     "after": (_is_ids, "must be a job id or a list of them"),
     "max_tokens": (_is_positive_int, "must be a positive integer"),
+    "max_pids": (_is_positive_int, "must be a positive integer"),
+    "max_cpus": (
+        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
+        "must be a positive number of cores",
+    ),
     "max_cost": (
         lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
         "must be a positive number of dollars",

@@ -31,6 +31,7 @@ from delegate.config.profiles import profiles, read_config
 from delegate.config.settings import rate_limit_jitter_s
 from delegate.core.caps import due_in_s
 from delegate.core.errors import DelegateError, JobNotFound, UsageError
+from delegate.core.limits import Limits
 from delegate.core.model import SESSION_PREFIX, Job
 from delegate.core.retry import RATE_LIMIT_JITTER_S, RETRY_KEY_PREFIX, attempt_label, next_attempt
 from delegate.core.timefmt import human_duration, local_time, record_timestamp
@@ -160,6 +161,9 @@ def spec_of(state: State, job: Job) -> dict[str, Any]:
         "no_mcp": job.launch.get("mcp") is False,
         "max_cost_usd": job.max_cost_usd,
         "max_tokens": job.max_tokens,
+        # its box as it was: an attempt is limited and sandboxed as the job it follows
+        "limits": Limits.from_dict(job.launch.get("limits")),
+        "sandbox": bool(job.launch.get("sandbox")),
     }
     return {**spec, **_as_assigned(state, job)} if job.host else spec
 
@@ -271,7 +275,8 @@ def cancel_sub_jobs(state: State, parent: Job) -> list[str]:
     """Cancel every open sub-job of `parent` (and theirs, as each is cancelled in turn by
     whoever follows it), audited on the parent; a sub-job lives no longer than its parent."""
     cancelled = []
-    for job in state.registry.open_jobs():
+    # followed: a supervisor asks at every ending, and reads again only what changed since
+    for job in state.registry.followed_open_jobs():
         if job.parent != parent.job_id or job.detached:
             continue
         try:

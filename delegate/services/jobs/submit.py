@@ -24,7 +24,7 @@ from delegate.adapters.groups import GroupBook
 from delegate.adapters.tmux import Tmux, TmuxUnreachable, validate_session_name
 from delegate.config.budget import budget_for
 from delegate.config.profiles import ConfigFile, Profile, read_config, resolve
-from delegate.config.settings import mcp_warm_s
+from delegate.config.settings import cgroup_root, mcp_warm_s
 from delegate.core.caps import AFTER_RULES, Gate, broken_dependency
 from delegate.core.errors import (
     DelegateError,
@@ -33,10 +33,13 @@ from delegate.core.errors import (
     UsageError,
     WaitInterrupted,
 )
+from delegate.core.limits import Limits, limits_from
 from delegate.core.model import SESSION_PREFIX, Job, JobState, SessionState, validate_job_id
 from delegate.core.retry import check_on_interrupt, retry_rule
+from delegate.core.sandbox import Box
 from delegate.services import worktrees
 from delegate.services.jobs import agent_env, mcp_config
+from delegate.services.jobs.box import inside_our_box, limits_for_job, sandbox_for
 from delegate.services.jobs.finish import end_job, operator_cause
 from delegate.services.jobs.launch import (
     caps,
@@ -100,6 +103,10 @@ class SubmitRequest(NamedTuple):
     # `--max-cost USD`, `--max-tokens N`: None takes `[budget]` of delegate.toml
     max_cost_usd: float | None = None
     max_tokens: int | None = None
+    # `--max-memory 4G --max-cpus 1.5 --max-pids 512` (core/limits): over `[limits]`
+    limits: Limits = Limits()
+    # `--sandbox/--no-sandbox` (core/sandbox); None: the profile's, then `[sandbox] default`
+    sandbox: bool | None = None
     # `--worktree [--branch NAME] [--base REF]` (services/worktrees); None: as delegate.toml says
     worktree: bool | None = None
     branch: str | None = None
@@ -127,7 +134,11 @@ class SubmitRequest(NamedTuple):
             group=settings.get("group"),
             max_cost_usd=settings.get("max_cost"),
             max_tokens=settings.get("max_tokens"),
+            limits=limits_from(
+                settings.get("max_memory"), settings.get("max_cpus"), settings.get("max_pids"), "--"
+            ),
             worktree=settings.get("worktree"),
+            sandbox=settings.get("sandbox"),
             branch=settings.get("branch"),
             base=settings.get("base"),
             retry=_retry_settings(settings),
@@ -310,6 +321,8 @@ class Prepared(NamedTuple):
     workdir: Path
     tree: worktrees.WorktreePlan | None
     notify: list[str] | None
+    limits: Limits = Limits()
+    box: Box | None = None  # its sandbox, less what the job's own paths add at launch
 
 
 def prepare(
@@ -350,7 +363,11 @@ def prepare(
     profile = profile._replace(
         command=tuple(agent_env.resolve_command(profile, agent_env.agent_path(profile, state.env)))
     )
-    return Prepared(request, config_file, profile, workdir, tree, notify)
+    limits = limits_for_job(state, request.limits, profile, config_file)
+    box = sandbox_for(state, request.sandbox, profile, config_file)
+    if box is not None:
+        profile = inside_our_box(profile)
+    return Prepared(request, config_file, profile, workdir, tree, notify, limits, box)
 
 
 def submit(
@@ -549,6 +566,11 @@ def launch_spec(
         "channel": profile.channel,
         "mcp": mcp,  # its wrapper starts a warm `delegate mcp` (runtime/mcp_warm)
     }
+    if prepared.box is not None:  # the wrapper starts the agent inside it (core/sandbox)
+        launch["sandbox"] = prepared.box.to_dict()
+    if prepared.limits:  # the wrapper puts the agent in cgroups with them (adapters/cgroups)
+        launch["limits"] = prepared.limits.to_dict()
+        launch["cgroup_root"] = cgroup_root(state.env)
     if mcp:  # the submitter's $DELEGATE_MCP_WARM_S: how long the state dir's nursery waits
         launch["mcp_warm_s"] = mcp_warm_s(state.env)
     if profile.channel == "claude-stream":  # what Claude settles itself; the rest is gated

@@ -72,9 +72,11 @@ def outcome_of(job: Job) -> WatchOutcome:
 
 
 def audit_received(state: State, job_id: str, verdict: Accepted) -> None:
-    state.audit.append(
-        job_id, audit.RECEIVED, seq=verdict.seq, event=verdict.event, envelope=verdict.envelope
-    )
+    """A received event on record: synced when it changes the job's state, else not (its
+    publisher's `published` line is on disk already)."""
+    changes_state = verdict.event in ("started", "completed", "error")
+    write = state.audit.append if changes_state else state.audit.append_unsynced
+    write(job_id, audit.RECEIVED, seq=verdict.seq, event=verdict.event, envelope=verdict.envelope)
 
 
 def audit_rejected(state: State, job_id: str, payload: bytes, verdict: Rejected) -> None:

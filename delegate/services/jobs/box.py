@@ -1,0 +1,81 @@
+"""A job's box, decided at submit: its sandbox (bubblewrap, core/sandbox; `--sandbox`, a
+profile's `sandbox`, `[sandbox]`) and its resource limits (cgroups, core/limits;
+`--max-memory/--max-cpus/--max-pids`, `[limits]`). Each is refused in one line where this
+machine cannot make it: a job never runs unboxed or unlimited in silence."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from delegate.config.limits import limits_for
+from delegate.config.profiles import ConfigFile, Profile
+from delegate.config.sandbox import sandbox_settings
+from delegate.config.settings import cgroup_root
+from delegate.core.errors import UsageError
+from delegate.core.limits import Limits
+from delegate.core.sandbox import Box
+from delegate.services.jobs import agent_env
+from delegate.services.state import State
+
+
+def sandbox_for(
+    state: State, asked: bool | None, profile: Profile, config: ConfigFile
+) -> Box | None:
+    """The job's sandbox when it gets one (`asked`: its flag, else its profile, else
+    `[sandbox] default`); UsageError when bubblewrap is not there to make it: never run
+    unboxed in silence."""
+    settings = sandbox_settings(config.tables, config.path, state.env)
+    wanted = asked if asked is not None else profile.sandbox
+    if not (wanted if wanted is not None else settings.default):
+        return None
+    bwrap = shutil.which("bwrap", path=agent_env.agent_path(profile, state.env))
+    if bwrap is None:
+        raise UsageError(
+            "--sandbox needs bubblewrap (`bwrap`), which is not on the agent's PATH: install it"
+            " (apt-get install bubblewrap; `make demo` does) or submit with --no-sandbox"
+        )
+    home = state.env.get("HOME") or os.path.expanduser("~")
+    hide = tuple(dict.fromkeys([home, str(state.layout.home)]))
+    hosts = (*settings.allow_hosts, *API_HOSTS.get(profile.name, ()))
+    own = tuple(os.path.join(home, name) for name in AGENT_HOME_FILES.get(profile.name, ()))
+    write = (*own, *settings.write)
+    return Box(bwrap, hide, settings.read, write, settings.network, hosts)
+
+
+# The hosts a sandboxed built-in agent needs for its model (`network = "allowlist"`).
+API_HOSTS = {"claude": ("api.anthropic.com",), "codex": ("api.openai.com", "chatgpt.com")}
+# What of the hidden home a built-in agent keeps its login, settings and sessions in: bound
+# back writable (those that exist), so a sandboxed agent is still logged in.
+AGENT_HOME_FILES = {"claude": (".claude", ".claude.json"), "codex": (".codex",)}
+
+
+def inside_our_box(profile: Profile) -> Profile:
+    """A sandboxed profile as it must run inside our box: codex cannot make its own sandbox
+    there (its every command would fail), and ours holds its work to the workdir already."""
+    if profile.channel == "codex-json" and profile.agent_sandbox in (None, "workspace-write"):
+        return profile._replace(agent_sandbox="danger-full-access")
+    return profile
+
+
+def limits_for_job(state: State, asked: Limits, profile: Profile, config: ConfigFile) -> Limits:
+    """The job's limits (`asked`: its flags, over `[limits]` for its profile), refused in one
+    line naming the cause when this machine cannot enforce them: a job is never run
+    unlimited in silence."""
+    limits = asked.over(limits_for(config.tables, config.path, profile.name))
+    if not limits:
+        return limits
+    from delegate.adapters.cgroups import support  # only a limited job looks at cgroups
+
+    found = support(Path(cgroup_root(state.env)))
+    missing = found.missing(limits)
+    if missing:
+        flags = {"memory": "--max-memory", "cpu": "--max-cpus", "pids": "--max-pids"}
+        named = ", ".join(flags[c] for c in missing)
+        why = found.reason or f"the {', '.join(missing)} cgroup controller(s) cannot be written"
+        raise UsageError(
+            f"{named} cannot be enforced here: {why}; run the delegator as root on a machine"
+            " with cgroups (see `delegate doctor`), or drop the limit"
+        )
+    return limits

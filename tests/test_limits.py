@@ -1,0 +1,210 @@
+"""Memory, CPU and process limits on a job's whole process tree (issue 32, item 3), with the
+machine's real cgroups: the kernel stops a job at its memory limit and we end it
+`memory_exceeded` with its peak; a fork bomb is held at its pids limit and cleared away; a busy
+loop gets its share of a core; a machine where no cgroup can be written refuses the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from delegate.adapters.cgroups import support
+from delegate.core.errors import UsageError
+from delegate.core.limits import MEMORY_EXCEEDED, Limits, human_bytes, limits_from, parse_size
+from delegate.core.model import JobState
+
+from .helpers import assert_one_line_error, retry_until, run_cli
+from .test_monitor import open_state
+
+CGROUPS = Path("/sys/fs/cgroup")
+needs_cgroups = pytest.mark.skipif(
+    support(CGROUPS).missing(Limits(1 << 30, 1.0, 64)) != [],
+    reason="this machine lets no one write its memory, cpu and pids cgroups",
+)
+
+
+@pytest.fixture(autouse=True)
+def _groups_cleared(home: Path):
+    """A test stopped midway (its wrappers SIGKILLed by tmux_env) leaves its jobs' cgroups:
+    emptied and removed here, only those of this test's jobs."""
+    yield
+    from delegate.adapters.cgroups import JobGroup
+
+    for record in (home / "jobs").glob("*.json") if (home / "jobs").is_dir() else ():
+        folders = {
+            c: CGROUPS / c / "delegate" / record.stem
+            for c in ("memory", "cpu", "cpuacct", "pids")
+            if (CGROUPS / c / "delegate" / record.stem).is_dir()
+        }
+        if folders:
+            group = JobGroup("v1", folders)
+            group.kill_all()
+            group.remove()
+
+
+# --- the words -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("200M", 200 << 20), ("4G", 4 << 30), ("1.5G", int(1.5 * (1 << 30))), ("512MiB", 512 << 20)],
+)
+def test_sizes_are_read_in_units_of_1024(text: str, size: int):
+    assert parse_size(text) == size
+
+
+@given(st.one_of(st.text(max_size=12), st.floats(allow_nan=True), st.integers()))
+def test_no_word_gives_a_limit_below_the_floor_or_not_a_number(value):
+    try:
+        limits = limits_from(value, None, None, "--")
+    except UsageError:
+        return
+    assert limits.memory_bytes is not None and limits.memory_bytes >= 4 << 20
+
+
+@given(
+    st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(), st.text(max_size=6))
+)
+def test_cpus_and_pids_are_checked(value):
+    for memory, cpus, pids in ((None, value, None), (None, None, value)):
+        try:
+            limits = limits_from(memory, cpus, pids, "--")
+        except UsageError:
+            continue
+        if limits.cpus is not None:
+            assert 0.01 <= limits.cpus <= 4096
+        if limits.pids is not None:
+            assert limits.pids >= 8 and isinstance(limits.pids, int)
+
+
+# --- on the machine's cgroups ----------------------------------------------------------------
+
+
+def _submit(home: Path, env: dict[str, str], workdir: Path, script: str, *flags: str) -> str:
+    made = run_cli(
+        home, "submit", "-a", "shell", "-p", script, "--workdir", str(workdir), "--no-wait",
+        "--json", *flags, env=env,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return str(json.loads(made.stdout)["job_id"])
+
+
+def _ended(home: Path, job_id: str, timeout: float = 60):
+    state = open_state(home)
+    return retry_until(
+        lambda: (job := state.registry.get(job_id)).status.terminal and job, timeout=timeout
+    )
+
+
+def _no_group_left(job_id: str) -> bool:
+    return not any((CGROUPS / c / "delegate" / job_id).exists() for c in ("memory", "cpu", "pids"))
+
+
+HOG = (  # takes 8 MiB more every 10 ms until something stops it
+    "python3 -c 'import time\nb = []\nwhile True:\n"
+    "    b.append(bytearray(8 << 20)); time.sleep(0.01)'"
+)
+
+
+@needs_cgroups
+def test_a_job_past_its_memory_limit_ends_memory_exceeded_with_its_peak(
+    home: Path, tmux_env, tmp_path: Path
+):
+    job_id = _submit(home, tmux_env, tmp_path, HOG, "--max-memory", "200M")
+    job = _ended(home, job_id)
+    assert job.status is JobState.ERROR
+    assert job.error.startswith(f"{MEMORY_EXCEEDED}: "), job.error
+    assert human_bytes(200 << 20) in job.error
+    assert job.peak_memory_bytes is not None and 150 << 20 <= job.peak_memory_bytes <= 210 << 20
+    started = open_state(home).audit.read_events(job_id, "status_changed")
+    running = next(e for e in started if e["status"] == "running")
+    ended = next(e for e in started if e["status"] == "error")
+    from delegate.core.timefmt import parse_timestamp
+
+    took = parse_timestamp(ended["ts"]) - parse_timestamp(running["ts"])
+    assert took.total_seconds() < 10  # 200 MB at 800 MB/s, then within 2 s of the kill
+    assert retry_until(lambda: _no_group_left(job_id), timeout=10)
+    shown = run_cli(home, "show", job_id, env=tmux_env)
+    assert "peak_memory_bytes" in shown.stdout and "memory 200 MiB" in shown.stdout
+
+
+@needs_cgroups
+def test_a_fork_bomb_is_held_at_its_pids_limit_and_cleared_away(
+    home: Path, tmux_env, tmp_path: Path
+):
+    marker = f"bomb-{os.getpid()}-{time.monotonic_ns()}"
+    # each `b` leaves a looping shell named by the marker and starts the next `b`, until the
+    # kernel refuses a fork; the job's own shell then lives on a little (if it can fork)
+    script = f"b() {{ sh -c 'while :; do sleep 1; done' {marker} & b & }}; b 2>/dev/null; sleep 3"
+    job_id = _submit(home, tmux_env, tmp_path, script, "--max-pids", "64", "--wall-timeout", "60")
+    job = _ended(home, job_id)
+    assert job.status.terminal
+    hits = open_state(home).audit.read_events(job_id, "pids_limit_hit")
+    assert hits and hits[0]["limit"] == 64 and hits[0]["refused"] >= 1
+    assert retry_until(lambda: _no_group_left(job_id), timeout=10)
+
+    def left() -> list[str]:
+        found = []
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    if marker in Path(f"/proc/{entry.name}/cmdline").read_text():
+                        found.append(entry.name)
+                except OSError:
+                    continue
+        return found
+
+    assert retry_until(lambda: not left(), timeout=10)
+
+
+@needs_cgroups
+def test_half_a_core_is_half_a_core(home: Path, tmux_env, tmp_path: Path):
+    script = "end=$(($(date +%s) + 3)); while [ $(date +%s) -lt $end ]; do :; done"
+    job_id = _submit(home, tmux_env, tmp_path, script, "--max-cpus", "0.5")
+    job = _ended(home, job_id)
+    assert job.status is JobState.COMPLETED, job.error
+    assert job.cpu_s is not None
+    # about 1.5 s of the 3: never more than half a core (the kernel's quota); a busy machine
+    # may give it less, so the floor only says it ran
+    assert 0.6 <= job.cpu_s <= 1.65, job.cpu_s
+
+
+def test_limits_this_machine_cannot_apply_are_refused_and_nothing_is_recorded(
+    home: Path, tmux_env, tmp_path: Path
+):
+    empty = tmp_path / "no-cgroups"
+    empty.mkdir()
+    env = {**tmux_env, "DELEGATE_CGROUP_ROOT": str(empty)}
+    refused = run_cli(
+        home, "submit", "-a", "shell", "-p", "true", "--max-memory", "1G", "--no-wait", env=env
+    )
+    assert refused.returncode == 64, refused.stderr
+    assert_one_line_error(refused)
+    assert "--max-memory" in refused.stderr and "cgroup" in refused.stderr
+    assert not list((home / "jobs").glob("*.json"))
+
+
+def test_doctor_says_what_this_machine_can_limit(home: Path, tmux_env, tmp_path: Path):
+    said = json.loads(run_cli(home, "doctor", "--json", env=tmux_env).stdout)["checks"]
+    found = support(CGROUPS)
+    line = next(c for c in said if c["name"] == "limits")
+    if found.layout is None:
+        assert line["status"] == "warn" and "refused" in line["detail"]
+    else:
+        assert line["detail"].startswith(f"cgroup {found.layout} at {CGROUPS}")
+        assert ("--max-memory" in line["detail"]) is ("memory" in found.controllers)
+    empty = tmp_path / "none"
+    empty.mkdir()
+    env = {**tmux_env, "DELEGATE_CGROUP_ROOT": str(empty)}
+    said = json.loads(run_cli(home, "doctor", "--json", env=env).stdout)["checks"]
+    line = next(c for c in said if c["name"] == "limits")
+    assert (
+        line["status"] == "warn"
+        and f"no writable cgroup controller under {empty}" in line["detail"]
+    )
