@@ -339,7 +339,7 @@ class Registry:
             if not self.path_for(marker.name).exists():
                 marker.unlink(missing_ok=True)
 
-    def followed_open_jobs(self) -> builtins.list[Job]:
+    def followed_open_jobs(self, *, ordered: bool = True) -> builtins.list[Job]:
         """`open_jobs()` for a caller that asks again every few seconds (the monitor): after a
         first full read, only the records changes.log names since are read again; a log that
         started over, and every FOLLOW_RESCAN_S (a writer that died between its record and
@@ -352,7 +352,7 @@ class Registry:
             changed = follow.read_changes()
             if changed is None:  # the log started over
                 self._follow = None
-                return self.followed_open_jobs()
+                return self.followed_open_jobs(ordered=ordered)
             for job_id in changed:
                 try:
                     job = self.get(job_id)
@@ -363,6 +363,8 @@ class Registry:
                     follow.jobs[job_id] = job
                 else:
                     follow.jobs.pop(job_id, None)
+        if not ordered:  # (`ordered=False`: a caller that only looks for some, unsorted)
+            return list(follow.jobs.values())
         return sorted(follow.jobs.values(), key=lambda j: (j.created_at, j.job_id))
 
     def _open_locked(self) -> builtins.list[Job]:
@@ -705,6 +707,9 @@ class Registry:
         """
         if not target.terminal:
             raise ValueError(f"{target.value} does not end a job; use transition()")
+        seen = self.get(job_id)
+        if seen.status.terminal:  # an ending is final: no need to wait for the lock to know
+            return seen, False
         with self.locked():
             job = self._get_locked(job_id)
             if job.status.terminal:
@@ -736,12 +741,18 @@ class Registry:
             job = self.get(job_id)
             if job.status.terminal or not self._stale_last_event(job):
                 return job, False
-            with self.locked():
-                job = self._get_locked(job_id)
-                if job.status.terminal:
-                    return job, False
-                stamp = record_timestamp(self._now())
-                return self._save(job._replace(last_event_at=stamp), job.status), False
+            try:  # not worth a wait: idle limits are minutes, and its next event tries again
+                with FileLock(self._lock.path, 0.0):
+                    job = self._get_locked(job_id)
+                    if job.status.terminal:
+                        return job, False
+                    stamp = record_timestamp(self._now())
+                    return self._save(job._replace(last_event_at=stamp), job.status), False
+            except LockTimeout:
+                return job, False
+        seen = self.get(job_id)  # its publisher applied it already, mostly: no lock to wait for
+        if seen.status is target or seen.status.terminal:
+            return seen, False
         with self.locked():
             job = self._get_locked(job_id)
             if job.status is target or job.status.terminal:
