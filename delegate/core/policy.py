@@ -753,9 +753,9 @@ def queued_launches(facts: Facts, earlier: Sequence[Action] = ()) -> list[Action
     # a group that holds all its jobs (paused, its day's budget spent): judged once, so a
     # paused plan of 10,000 jobs costs a look-up each, not a judgement each
     held = {name for name, rule in gate.groups.items() if group_holds(name, rule)}
-    for job in sorted(queued, key=_by_age):
-        if job.group in held and not job.after:
-            continue  # (a job with dependencies goes on: one may fail it below)
+    # (a job with dependencies stays: one may fail it below)
+    judged = [j for j in queued if j.after or j.group not in held] if held else queued
+    for job in sorted(judged, key=_by_age):
         broken = broken_dependency(job.after, job.after_rule, gate)
         if broken is not None:  # its ender settles it at once; this pass is the safety net
             reason = dependency_failure(broken, gate)

@@ -545,7 +545,7 @@ class Monitor:
             now = time.monotonic()
             if changing and now - applied_at >= MIN_PASS_GAP_S:
                 # apply at once (no tmux needed), then a full pass for sessions and the queue
-                self.reconciler.run_pass(events=changing, sockets=())
+                self.reconciler.run_pass(events=changing, sockets=(), launch=False)
                 woke = woke or any(EventType(e.event).terminal for e in changing)
                 changing, applied_at = [], now
             if self._ended_elsewhere:

@@ -283,9 +283,14 @@ class Reconciler:
         sockets: Iterable[str] | None = None,
         only_job: str | None = None,
         keep: Callable[[Action], bool] = lambda action: True,
+        launch: bool = True,
     ) -> list[Done]:
+        """One pass; `launch=False` leaves the queue to the next full pass (what applies
+        events at once need not judge 10,000 queued jobs)."""
         snap = self.snapshot(events=events, sockets=sockets, only_job=only_job)
         settings = replace(self.settings, caps=self.caps())
+        if not launch:
+            settings = replace(settings, launch_queued=False)
         actions = [a for a in reconcile(snap, settings) if keep(a)]
         return self.execute(actions)
 
