@@ -37,6 +37,18 @@ def _ours(home: Path) -> dict[int, str]:
     return found
 
 
+def _each_event_received_once(state, job_ids: list[str], *, timeout: float) -> None:
+    """Each job's started, progress and completed on record as received, each seq once."""
+    for job_id in job_ids:
+        received = retry_until(
+            lambda j=job_id: (r := state.audit.read_events(j, "received")) and len(r) >= 3 and r,
+            timeout=timeout,
+        )
+        seqs = Counter(r["seq"] for r in received)
+        assert all(n == 1 for n in seqs.values()), (job_id, seqs)
+        assert [r["event"] for r in received] == ["started", "progress", "completed"]
+
+
 def _supervisors(home: Path) -> list[int]:
     return [pid for pid, cmd in _ours(home).items() if "delegate.runtime.supervisor" in cmd]
 
@@ -86,15 +98,8 @@ def test_a_killed_supervisor_is_brought_back_and_nothing_is_lost_or_applied_twic
     assert again is not None and again != first
     retry_until(lambda: all(state.registry.get(j).status.terminal for j in ids), timeout=120)
     assert {state.registry.get(j).status for j in ids} == {JobState.COMPLETED}
-    for job_id in ids:
-        # every event on record as received, by one supervisor or the next: each seq once
-        received = retry_until(
-            lambda j=job_id: (r := state.audit.read_events(j, "received")) and len(r) >= 3 and r,
-            timeout=30,
-        )
-        seqs = Counter(r["seq"] for r in received)
-        assert all(n == 1 for n in seqs.values()), (job_id, seqs)
-        assert [r["event"] for r in received] == ["started", "progress", "completed"]
+    # every event on record as received, by one supervisor or the next: each seq once
+    _each_event_received_once(state, ids, timeout=30)
 
 
 def test_a_supervisor_with_no_open_job_leaves_and_the_next_submit_starts_one(
@@ -234,12 +239,5 @@ def test_a_supervisor_killed_under_20_running_and_100_waiting_loses_nothing(
         assert ended - revived <= DEFAULT_INTERVAL_S, (ended - revived, job)  # its first pass
     quick = [j for j in jobs if j not in slow]
     assert {state.registry.get(j).status for j in quick} == {JobState.COMPLETED}
-    for job_id in quick:
-        received = retry_until(
-            lambda j=job_id: (r := state.audit.read_events(j, "received")) and len(r) >= 3 and r,
-            timeout=60,
-        )
-        seqs = Counter(r["seq"] for r in received)
-        assert all(n == 1 for n in seqs.values()), (job_id, seqs)
-        assert [r["event"] for r in received] == ["started", "progress", "completed"]
+    _each_event_received_once(state, quick, timeout=60)
     assert len(_supervisors(home)) == 1

@@ -244,6 +244,9 @@ class SqliteSubscription:
             pause = min(pause * 1.5, cap)
             time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - now)))
 
+    # an ack moves the cursor past every message before it too (its last_seq only grows)
+    acks_up_to = True
+
     def ack(self, message: Message) -> None:
         if self._consumer is None:
             return
