@@ -74,6 +74,7 @@ def throughput(runs: int) -> dict[str, object]:
     direct, boxed = [], []
     with private_tmux() as socket, temp_home() as home, tempfile.TemporaryDirectory() as work:
         env = bench_env(home, DELEGATE_TMUX_SOCKET=socket)
+        home.mkdir(parents=True, exist_ok=True)
         (home / "delegate.toml").write_text(
             '[sandbox]\nnetwork = "allowlist"\nallow_hosts = ["127.0.0.1"]\n'
         )

@@ -166,3 +166,17 @@ def test_a_sandboxed_job_reaches_only_allowed_hosts_through_its_proxy(
     shown = json.loads(run_cli(home, "show", job_id, "--json", env=tmux_env).stdout)
     assert shown["hosts_reached"] == [f"localhost:{port}"]
     assert shown["hosts_refused"] == [f"evil.example:{port}"]
+
+
+def test_doctor_says_whether_sandboxes_can_be_made(home: Path, tmux_env, tmp_path: Path):
+    said = json.loads(run_cli(home, "doctor", "--json", env=tmux_env).stdout)["checks"]
+    line = next(c for c in said if c["name"] == "sandbox")
+    if shutil.which("bwrap", path=tmux_env["PATH"]):
+        assert line["status"] == "ok" and line["detail"].startswith("bubblewrap "), line
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    said = json.loads(
+        run_cli(home, "doctor", "--json", env={**tmux_env, "PATH": str(bare)}).stdout
+    )["checks"]
+    line = next(c for c in said if c["name"] == "sandbox")
+    assert line["status"] == "warn" and "apt-get install bubblewrap" in line["detail"]

@@ -89,6 +89,7 @@ def run_checks(state: State) -> list[Check]:
     checks.append(config_check(state))
     checks.append(worktree_check(state))
     checks.append(cgroup_check(state))
+    checks.append(sandbox_check(state))
     checks.append(supervisor_check(state, open_count=sum(not j.status.terminal for j in jobs)))
     checks.extend(tmux_checks(state))
     checks.extend(bus_checks(state))
@@ -126,6 +127,34 @@ def cgroup_check(state: State) -> Check:
     if lacking:
         detail += f"; {', '.join(lacking)} refused (no writable controller)"
     return Check("limits", OK, detail)
+
+
+def sandbox_check(state: State) -> Check:
+    """Whether `--sandbox` can be made here: bubblewrap on PATH (its version), and for a user
+    other than root, user namespaces (which bubblewrap then needs)."""
+    import shutil  # shutil, subprocess: only doctor asks bubblewrap its version
+    import subprocess
+
+    bwrap = shutil.which("bwrap", path=state.env.get("PATH"))
+    if bwrap is None:
+        return Check(
+            "sandbox",
+            WARN,
+            "no bubblewrap (bwrap) on PATH: sandboxed jobs are refused; apt-get install bubblewrap",
+        )
+    try:
+        said = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=5)
+        found = said.stdout.strip() or bwrap
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Check("sandbox", FAIL, f"{bwrap} does not run: {exc}")
+    if os.geteuid() != 0:
+        try:
+            limit = int(Path("/proc/sys/user/max_user_namespaces").read_text())
+        except (OSError, ValueError):
+            limit = 1
+        if limit <= 0:
+            return Check("sandbox", WARN, f"{found}, but user namespaces are off: sandboxes fail")
+    return Check("sandbox", OK, f"{found} at {bwrap}: --sandbox and network allowlists work")
 
 
 def config_check(state: State) -> Check:

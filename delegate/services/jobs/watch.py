@@ -45,6 +45,7 @@ RECORD_POLL_S = 0.2
 # When the record says the job ended by its own event but that event has not arrived yet (a
 # broker in between), wait this long for it before trusting the record alone.
 END_GRACE_S = 2.0
+END_LOOK_S = 0.005  # how soon a follower that saw the ending event looks at the record again
 # A supervisor asks tmux about its job this often, and at once when its wrapper's pidfd fires.
 AFTER_END_S = 30.0  # how long a follower waits for its ended job's session to be settled
 FOLLOWER_ENSURE_S = 1.0  # a follower makes sure the state dir's supervisor runs this often
@@ -199,6 +200,7 @@ class Watcher:
         last_accept = started
         next_record_check = started
         ended_seen_at: float | None = None
+        own_end_seen = False  # its ending event came before its record said so
         due = {"supervisor": started}
         while True:
             wait_s = self._wait_s(started, last_accept, next_record_check)
@@ -210,6 +212,11 @@ class Watcher:
                     outcome = self._ended_by(verdict)
                     if outcome is not None:
                         return outcome
+                    if verdict.event in ("completed", "error"):
+                        # its publisher records the end a moment after it sent it: look again
+                        # soon, and wait for no event then (this was it)
+                        own_end_seen = True
+                        next_record_check = min(next_record_check, last_accept + END_LOOK_S)
                 continue
             now = self.clock()
             if now >= next_record_check:
@@ -217,7 +224,8 @@ class Watcher:
                 job = self.state.registry.get(self.job_id)
                 if job.status.terminal:
                     ended_seen_at = ended_seen_at if ended_seen_at is not None else now
-                    if not _expects_event(job) or now - ended_seen_at >= END_GRACE_S:
+                    waited = now - ended_seen_at >= END_GRACE_S
+                    if own_end_seen or not _expects_event(job) or waited:
                         self._drain()
                         return outcome_of(job)
                 else:
