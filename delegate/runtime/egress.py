@@ -13,6 +13,7 @@ connection went: host, port, allowed or refused, bytes each way, how long it las
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import socket
 import subprocess
@@ -40,13 +41,22 @@ def proxy_env() -> dict[str, str]:
 
 
 def _pump(source: socket.socket, target: socket.socket, counted: list[int], at: int) -> None:
-    """Copy `source` to `target` until `source` ends, then end `target`'s sending side."""
+    """Copy `source` to `target` until `source` ends, then end `target`'s sending side. The
+    bytes go socket -> pipe -> socket inside the kernel (splice): Python never holds them."""
+    pipe_r, pipe_w = os.pipe()
     try:
-        while data := source.recv(CHUNK):
-            target.sendall(data)
-            counted[at] += len(data)
+        with contextlib.suppress(OSError):  # a larger pipe: fewer calls per megabyte
+            fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, CHUNK)
+        while moved := os.splice(source.fileno(), pipe_w, CHUNK):
+            left = moved
+            while left:
+                left -= os.splice(pipe_r, target.fileno(), left)
+            counted[at] += moved
     except OSError:
         pass
+    finally:
+        os.close(pipe_r)
+        os.close(pipe_w)
     with contextlib.suppress(OSError):
         target.shutdown(socket.SHUT_WR)
 
