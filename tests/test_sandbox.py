@@ -63,7 +63,7 @@ def test_a_sandboxed_job_sees_only_its_own(home: Path, tmux_env, tmp_path: Path)
     assert (work / "made-inside").read_text() == "written\n"
     progress = [e for e in state.audit.read_events(job_id, "published") if e["event"] == "progress"]
     assert progress and progress[0]["seq"] == 2
-    assert job.launch["sandbox"]["network"] == "none"
+    assert job.launch["sandbox"]["network"] == "allowlist"  # the default: only its proxy
     # the same checks without the box read everything: the test itself can fail
     plain = tmp_path / "plain"
     plain.mkdir()

@@ -5,7 +5,7 @@ they may read or write, and their network (core/sandbox).
     default = true                 # every job, unless its profile or `--no-sandbox` says not
     read = ["~/.gitconfig"]        # read-only inside
     write = ["~/.claude"]          # writable inside (an agent's own config and sessions)
-    network = "allowlist"          # "none" (the default): no network; "host": the machine's
+    network = "allowlist"          # the default; "none": no network at all; "host": the machine's
     allow_hosts = ["*.githubusercontent.com"]   # with the profile's own API hosts
 """
 
@@ -25,7 +25,7 @@ class SandboxSettings(NamedTuple):
     default: bool = False
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
-    network: str = "none"
+    network: str = "allowlist"  # no network but our egress proxy (DESIGN 21)
     allow_hosts: tuple[str, ...] = ()
 
 
@@ -58,7 +58,7 @@ def sandbox_settings(
     default = table.get("default", False)
     if not isinstance(default, bool):
         raise ConfigError(f"{where}: default must be true or false")
-    network = table.get("network", "none")
+    network = table.get("network", "allowlist")
     if network not in NETWORKS:
         raise ConfigError(f"{where}: network must be one of {', '.join(NETWORKS)}")
     hosts = table.get("allow_hosts", [])
