@@ -133,7 +133,7 @@ def sandbox_check(state: State) -> Check:
     """Whether `--sandbox` can be made here: bubblewrap on PATH (its version), and for a user
     other than root, user namespaces (which bubblewrap then needs)."""
     import shutil  # shutil, subprocess: only doctor asks bubblewrap its version
-    import subprocess
+    import subprocess  # as shutil
 
     bwrap = shutil.which("bwrap", path=state.env.get("PATH"))
     if bwrap is None:
