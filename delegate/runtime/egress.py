@@ -7,17 +7,14 @@ runs the agent with `HTTPS_PROXY` / `HTTP_PROXY` pointing at itself. The proxy r
 request's head (core/egress), lets through only the hosts of the allowlist, and says how each
 connection went: host, port, allowed or refused, bytes each way, how long it lasted.
 
-    python -m delegate.runtime.egress SOCKET -- AGENT ARGV...     (the relay, inside the box)
+The relay is runtime/egress_relay (kept apart: it starts before every sandboxed agent).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from delegate.core.egress import MAX_HEAD, BadRequest, allowed, parse_head
+from delegate.runtime.egress_relay import RELAY_PORT, splice
 
-RELAY_PORT = 3128
-CHUNK = 256 * 1024
 CONNECT_TIMEOUT_S = 10.0
 PROXY_ENV = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy")
 # What a connection came to: host, port, allowed, sent (agent -> host), received, seconds.
@@ -38,37 +34,6 @@ def proxy_env() -> dict[str, str]:
     """The agent's proxy settings inside its box: everything through the relay."""
     url = f"http://127.0.0.1:{RELAY_PORT}"
     return {**dict.fromkeys(PROXY_ENV, url), "NO_PROXY": "", "no_proxy": ""}
-
-
-def _pump(source: socket.socket, target: socket.socket, counted: list[int], at: int) -> None:
-    """Copy `source` to `target` until `source` ends, then end `target`'s sending side. The
-    bytes go socket -> pipe -> socket inside the kernel (splice): Python never holds them."""
-    pipe_r, pipe_w = os.pipe()
-    try:
-        with contextlib.suppress(OSError):  # a larger pipe: fewer calls per megabyte
-            fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, CHUNK)
-        while moved := os.splice(source.fileno(), pipe_w, CHUNK):
-            left = moved
-            while left:
-                left -= os.splice(pipe_r, target.fileno(), left)
-            counted[at] += moved
-    except OSError:
-        pass
-    finally:
-        os.close(pipe_r)
-        os.close(pipe_w)
-    with contextlib.suppress(OSError):
-        target.shutdown(socket.SHUT_WR)
-
-
-def splice(one: socket.socket, other: socket.socket) -> tuple[int, int]:
-    """Copy both ways until both ends are done: (bytes one -> other, bytes other -> one)."""
-    counted = [0, 0]
-    back = threading.Thread(target=_pump, args=(other, one, counted, 1), daemon=True)
-    back.start()
-    _pump(one, other, counted, 0)
-    back.join()
-    return counted[0], counted[1]
 
 
 def _read_head(conn: socket.socket) -> tuple[bytes, bytes]:
@@ -161,43 +126,3 @@ class EgressProxy:
             serving.join(timeout=max(0.0, deadline - time.monotonic()))
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
-
-
-def relay(socket_path: str, argv: list[str]) -> int:
-    """Inside the box: listen on 127.0.0.1:RELAY_PORT, pass each connection to the proxy's
-    socket, run the agent, and end with its exit status."""
-    listener = socket.create_server(("127.0.0.1", RELAY_PORT), backlog=64)
-
-    def hand_over(conn: socket.socket) -> None:
-        with conn, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as proxy:
-            try:
-                proxy.connect(socket_path)
-            except OSError:
-                return
-            splice(conn, proxy)
-
-    def accept() -> None:
-        while True:
-            conn, _ = listener.accept()
-            threading.Thread(target=hand_over, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        agent = subprocess.Popen(argv)
-    except OSError as exc:
-        print(f"delegate: the agent could not start: {exc.strerror}", file=sys.stderr)
-        return 127
-    code = agent.wait()
-    return code if code >= 0 else 128 - code
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) < 3 or args[1] != "--":
-        print("usage: python -m delegate.runtime.egress SOCKET -- ARGV...", file=sys.stderr)
-        return 64
-    return relay(args[0], args[2:])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -675,7 +675,7 @@ def boxed(
     path = logs / "egress.sock"
     proxy = EgressProxy(path, box.allow_hosts, lambda said: _egress_said(state, job_id, said))
     env.update(proxy_env())
-    relay = [sys.executable, "-m", "delegate.runtime.egress", str(path), "--", *argv]
+    relay = [sys.executable, "-m", "delegate.runtime.egress_relay", str(path), "--", *argv]
     return bwrap_argv(box, relay, workdir=str(workdir)), proxy
 
 
