@@ -64,12 +64,15 @@ def relay(socket_path: str, argv: list[str]) -> int:
             conn, _ = listener.accept()
             threading.Thread(target=hand_over, args=(conn,), daemon=True).start()
 
+    # the agent first, while this process has one thread (connections wait in the backlog)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execvp(argv[0], argv)  # noqa: S606 - an argv list, never a shell string
+        except OSError as exc:
+            print(f"delegate: the agent could not start: {exc.strerror}", file=sys.stderr)
+        os._exit(127)
     threading.Thread(target=accept, daemon=True).start()
-    try:
-        pid = os.posix_spawnp(argv[0], argv, os.environ)
-    except OSError as exc:
-        print(f"delegate: the agent could not start: {exc.strerror}", file=sys.stderr)
-        return 127
     status = os.waitpid(pid, 0)[1]
     code = os.waitstatus_to_exitcode(status)
     return code if code >= 0 else 128 - code
