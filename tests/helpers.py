@@ -79,6 +79,18 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str]) -> None:
     assert lines[0].startswith("delegate: "), lines
 
 
+def refused_submit(
+    home: Path, env: Mapping[str, str], *flags: str
+) -> subprocess.CompletedProcess[str]:
+    """A `submit -a shell -p true --no-wait` with `flags` that must be refused as bad input
+    (exit 64, one line) and record nothing; its result, for what the line says."""
+    refused = run_cli(home, "submit", "-a", "shell", "-p", "true", "--no-wait", *flags, env=env)
+    assert refused.returncode == 64, refused.stderr
+    assert_one_line_error(refused)
+    assert not (home / "jobs").is_dir() or not list((home / "jobs").glob("*.json"))
+    return refused
+
+
 def submit_shell(
     home: Path,
     env: Mapping[str, str],

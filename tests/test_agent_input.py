@@ -214,3 +214,59 @@ def test_a_sub_jobs_budget_is_never_more_than_its_parent_has_left(
         assert not math.isnan(limits["max_cost_usd"]) and limits["max_cost_usd"] <= left + 1e-9
     if parent_tokens is not None:
         assert limits["max_tokens"] <= parent_tokens - tokens_spent
+
+
+# -- the egress proxy: what a sandboxed agent asks it for ------------------------------------------
+
+ALLOW = ("api.example.com", "*.allowed.test", "127.0.0.1")
+_LABEL = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)
+_NAMES = st.one_of(
+    st.sampled_from(["api.example.com", "x.allowed.test", "allowed.test", "127.0.0.1"]),
+    st.lists(_LABEL, min_size=1, max_size=4).map(".".join),
+)
+_TRICKS = st.sampled_from(
+    ["", "@evil.com", ".evil.com", "\\@evil.com", "%00", " ", "\r\nHost: evil.com", ":99999", "/x"]
+)
+
+
+def _destination_allowed(head: bytes) -> str | None:
+    """The host a request head would reach through the proxy, or None when it is refused."""
+    from delegate.core.egress import BadRequest, allowed, parse_head
+
+    try:
+        where = parse_head(head)
+    except BadRequest:
+        return None
+    return where.host if allowed(where.host, ALLOW) else None
+
+
+@settings(max_examples=400, deadline=None)
+@given(_NAMES, _TRICKS, st.sampled_from(["CONNECT", "GET", "POST"]), st.integers(0, 70000))
+def test_no_request_head_reaches_a_host_outside_the_allowlist(name, trick, method, port):
+    """Whatever a sandboxed agent writes in its request line (userinfo, a second host after an
+    @, a header smuggled into the target, an odd port), the proxy connects only to a host the
+    allowlist names, as it names it: the name it connects to is the name it judged."""
+    target = f"{name}{trick}:{port}" if method == "CONNECT" else f"http://{name}{trick}:{port}/p"
+    try:
+        head = f"{method} {target} HTTP/1.1\r\nHost: {name}\r\n\r\n".encode()
+    except UnicodeEncodeError:
+        return
+    reached = _destination_allowed(head)
+    if reached is None:
+        return
+    assert reached == name.lower()  # nothing after the name survived into the destination
+    suffix_ok = reached.endswith(".allowed.test") and reached != "allowed.test"
+    assert reached in ALLOW or suffix_ok, reached
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300))
+def test_any_bytes_are_a_request_or_a_bad_request(raw):
+    """Any bytes at all: a destination the allowlist judged, or BadRequest; never a crash."""
+    from delegate.core.egress import BadRequest, parse_head
+
+    try:
+        where = parse_head(raw)
+    except BadRequest:
+        return
+    assert 0 < where.port < 65536 and where.host and " " not in where.host
