@@ -18,7 +18,7 @@ import typer
 from click.exceptions import Abort, ClickException, Exit
 
 from delegate import version_line
-from delegate.cli.lazy import LazyGroup, build_from, shell_of
+from delegate.cli.lazy import LazyGroup, build_from, shell_of, tidy_help
 from delegate.core.errors import DelegateError, say
 
 app = typer.Typer(
@@ -59,45 +59,82 @@ _SUBMIT = "delegate.cli.submit"
 _SESSION = "delegate.cli.session"
 _COORD = "delegate.cli.coord"
 _UPKEEP = "delegate.cli.upkeep"
-_CRON = "delegate.cli.cron"
-_HOSTS = "delegate.cli.hosts"
-_GROUP = "delegate.cli.group"
-_DASHBOARD = "delegate.cli.dashboard"
 _WORKTREE = "delegate.cli.worktree"
-ROOT_COMMANDS: dict[str, str] = {
-    **dict.fromkeys(
-        ("register", "publish", "hook", "watch", "jobs", "show", "logs", "cancel", "pick"), _JOBS
+_APPROVALS = "delegate.cli.approvals"
+# Every command of `delegate`, by the panel `--help` lists it in (panels and commands in the
+# order shown), and the module defining it, imported only when the command is called.
+PANELS: dict[str, dict[str, str]] = {
+    "Jobs": {
+        "submit": _SUBMIT,
+        "ps": _JOBS,
+        "show": _JOBS,
+        "logs": _JOBS,
+        "watch": _JOBS,
+        "why": _JOBS,
+        "cancel": _JOBS,
+        "retry": _SUBMIT,
+        "jobs": _JOBS,
+    },
+    "Worktrees": dict.fromkeys(("diff", "merge", "review", "compare", "worktree"), _WORKTREE),
+    "Sessions": dict.fromkeys(("attach", "send", "peek", "session"), _SESSION),
+    "Queue": {"group": "delegate.cli.group", "cron": "delegate.cli.cron"},
+    "Approvals": dict.fromkeys(("approvals", "approve"), _APPROVALS),
+    "Views and reports": {
+        "top": "delegate.cli.top",
+        "dashboard": "delegate.cli.dashboard",
+        "report": _UPKEEP,
+    },
+    "Coordination between agents": dict.fromkeys(
+        [
+            "heartbeat",
+            "agents",
+            "block",
+            "unblock",
+            "deadlocks",
+            "msg",
+            "lock",
+            "claim",
+            "board",
+            "bb",
+        ],
+        _COORD,
     ),
-    "submit": _SUBMIT,
-    **dict.fromkeys(("ps", "why"), _JOBS),
-    "retry": _SUBMIT,
-    **dict.fromkeys(("diff", "merge", "review", "compare"), _WORKTREE),
-    **dict.fromkeys(("attach", "send", "peek"), _SESSION),
-    **dict.fromkeys(("heartbeat", "agents", "block", "unblock", "deadlocks"), _COORD),
-    **dict.fromkeys(("monitor", "report", "doctor"), _UPKEEP),
-    "session": _SESSION,
-    "cron": _CRON,
-    "group": _GROUP,
-    **dict.fromkeys(("msg", "lock", "board", "bb", "bus", "claim"), _COORD),
-    "host": _HOSTS,
-    **dict.fromkeys(("approve", "approvals"), "delegate.cli.approvals"),
-    "dashboard": _DASHBOARD,
-    "top": "delegate.cli.top",
-    "mcp": "delegate.cli.mcp",
-    "worktree": _WORKTREE,
+    "Hosts and upkeep": {
+        "host": "delegate.cli.hosts",
+        "monitor": _UPKEEP,
+        "doctor": _UPKEEP,
+        "bus": _COORD,
+    },
+    "Plumbing (used by agents)": {
+        **dict.fromkeys(("register", "publish", "hook", "pick"), _JOBS),
+        "mcp": "delegate.cli.mcp",
+    },
 }
+ROOT_COMMANDS: dict[str, str] = {
+    name: module for commands in PANELS.values() for name, module in commands.items()
+}
+PANEL_OF = {name: panel for panel, commands in PANELS.items() for name in commands}
+# What `delegate` alone (and `delegate --help`) ends with: where a person starts.
+START_WITH = (
+    "delegate submit --agent claude --prompt-file task.md --workdir . --wait",
+    "delegate ps",
+    "delegate show 1a2b3c4d",
+)
 
 
 def _build(name: str) -> click.Command:
     module = ROOT_COMMANDS[name]
     holder = importlib.import_module(module).commands
-    return build_from(holder, name, settings=app)
+    command = tidy_help(build_from(holder, name, settings=app))
+    command.rich_help_panel = PANEL_OF[name]  # type: ignore[attr-defined]  # read by typer's help
+    return command
 
 
 def root_command() -> LazyGroup:
     """The `delegate` group; each command is built, and its module imported, when called."""
     root = typer.main.get_command(shell_of(app))
     assert isinstance(root, LazyGroup)
+    root.epilog = "\n\n".join(["Start with:", *START_WITH])
     return root.lazy(tuple(ROOT_COMMANDS), _build)
 
 

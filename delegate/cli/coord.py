@@ -59,16 +59,33 @@ BreakDeadOpt = Annotated[
 WaitOpt = Annotated[float, typer.Option("--wait", help="Seconds to wait while another holds it.")]
 
 msg_app = typer.Typer(
-    help="Messages between agents: send, recv, ack, export.", no_args_is_help=True
+    help="Messages between agents: send, recv, ack, export.\n\n"
+    "Example: delegate msg send --from planner --to coder --type task\n"
+    "Example: delegate msg recv --agent coder --json",
+    no_args_is_help=True,
 )
-lock_app = typer.Typer(help="Resource locks with expiry and fencing tokens.", no_args_is_help=True)
+lock_app = typer.Typer(
+    help="Resource locks with expiry and fencing tokens.\n\n"
+    "Example: delegate lock acquire src/app.py --owner coder --ttl 120\n"
+    "Example: delegate lock list",
+    no_args_is_help=True,
+)
 board_app = typer.Typer(
-    help="Board deliberation: open, assess, discuss, vote, resolve, status.", no_args_is_help=True
+    help="Board deliberation: open, assess, discuss, vote, resolve, status.\n\n"
+    "Example: delegate board open --voters arch,sec,qa --proposal-file plan.md\n"
+    "Example: delegate board status",
+    no_args_is_help=True,
 )
 bb_app = typer.Typer(
-    help="The blackboard: a shared key/value board with TTL.", no_args_is_help=True
+    help="The blackboard: a shared key/value board with TTL.\n\n"
+    'Example: delegate bb write task:q4 \'{"status": "pending"}\' --ttl 3600\n'
+    "Example: delegate bb list --prefix task:",
+    no_args_is_help=True,
 )
-bus_app = typer.Typer(help="The job event bus.", no_args_is_help=True)
+bus_app = typer.Typer(
+    help="The job event bus.\n\nExample: delegate bus export --out events.jsonl",
+    no_args_is_help=True,
+)
 
 
 def _store() -> CoordStore:

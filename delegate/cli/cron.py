@@ -17,7 +17,10 @@ from delegate.services.cron import run as run_entry
 # The root-level group this module adds to `delegate` (cli/app.py's table).
 commands = typer.Typer()
 cron_app = typer.Typer(
-    help="Submit a job file on a schedule, one job per scheduled window.", no_args_is_help=True
+    help="Submit a job file on a schedule, one job per scheduled window.\n\n"
+    "Example: delegate cron add '0 2 * * *' nightly.toml\n"
+    "Example: delegate cron list",
+    no_args_is_help=True,
 )
 commands.add_typer(cron_app, name="cron")
 CrontabUserOpt = Annotated[

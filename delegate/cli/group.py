@@ -21,7 +21,10 @@ from delegate.core.model import JobState
 # The root-level group this module adds to `delegate` (cli/app.py's table).
 commands = typer.Typer()
 group_app = typer.Typer(
-    help="Queue groups: their own max_running, paused or not.", no_args_is_help=True
+    help="Queue groups: their own max_running, paused or not.\n\n"
+    "Example: delegate group add nightly --max-running 2\n"
+    "Example: delegate group list",
+    no_args_is_help=True,
 )
 commands.add_typer(group_app, name="group")
 NameArg = Annotated[str, typer.Argument(help="The group's name.")]

@@ -19,7 +19,12 @@ from delegate.core.timefmt import human_timeout, local_time
 from delegate.services.remote import HostBook, host_rows
 from delegate.services.state import State
 
-host_app = typer.Typer(help="Agent hosts: add, remove, list, serve.", no_args_is_help=True)
+host_app = typer.Typer(
+    help="Agent hosts: add, remove, list, serve.\n\n"
+    "Example: delegate host add build-1\n"
+    "Example: delegate host list --json",
+    no_args_is_help=True,
+)
 
 
 @host_app.command("add")

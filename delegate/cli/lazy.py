@@ -5,11 +5,16 @@ a millisecond or more per command, and importing a command group's module costs 
 all ~60 commands of `delegate` took about 100 ms before one of them ran. `LazyGroup` knows its
 subcommands by name and builds (and imports) only the one asked for; `--help`, which lists them
 all with their help, builds them all.
+
+A command's examples are written in its docstring, each on a line of its own starting
+`Example:`; `tidy_help` moves them to its epilog, so its help ends with them, after the
+options, whatever else the docstring says.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from difflib import get_close_matches
 
@@ -18,6 +23,9 @@ import typer
 from typer.core import TyperGroup
 
 Builder = Callable[[str], click.Command]
+EXAMPLE = "Example:"
+# What rich would read as markup in an example (its `escape` rule), so it prints as written.
+MARKUP_TAG = re.compile(r"(\[[a-z#/@][^[]*?])")
 
 
 class LazyGroup(TyperGroup):
@@ -87,3 +95,32 @@ def shell_of(app: typer.Typer) -> typer.Typer:
     shell.registered_commands = []
     shell.registered_groups = []
     return shell
+
+
+def tidy_help(command: click.Command) -> click.Command:
+    """`command` and every subcommand below it with the `Example:` lines of their help moved to
+    their epilog (`Example:` or `Examples:`, then one command a line), so help ends with them,
+    and their first paragraph on one line where a group lists them (rich keeps its breaks)."""
+    lines = (command.help or "").splitlines()
+    if command.help and command.short_help is None:
+        command.short_help = " ".join(command.help.split("\n\n")[0].split())
+    examples = [line.strip().removeprefix(EXAMPLE).strip() for line in lines if is_example(line)]
+    if examples and command.epilog is None:
+        kept = "\n".join(line for line in lines if not is_example(line))
+        command.help = kept.rstrip()
+        heading = "Examples:" if len(examples) > 1 else EXAMPLE
+        # rich's help joins an epilog's paragraphs one a line: one paragraph per example
+        command.epilog = "\n\n".join([heading, *(MARKUP_TAG.sub(r"\\\1", e) for e in examples)])
+    for sub in getattr(command, "commands", {}).values():
+        tidy_help(sub)
+    return command
+
+
+def is_example(line: str) -> bool:
+    return line.strip().startswith(EXAMPLE)
+
+
+def examples_of(command: click.Command) -> list[str]:
+    """The examples `tidy_help` put at the end of `command`'s help, as written."""
+    paragraphs = (command.epilog or "").split("\n\n")[1:]
+    return [p.strip().replace("\\[", "[") for p in paragraphs if p.strip()]

@@ -20,6 +20,6 @@ def mcp() -> int:
     Run by the agent's MCP client inside a job (DELEGATE_JOB_ID), never by hand: messages,
     locks, claims, heartbeats, the blackboard, the board, sub-jobs and progress, always as this
     job's agent. Needs the `mcp` extra: pip install 'delegate[mcp]'.
-    Example: claude --mcp-config logs/JOB/mcp.json
+    Example: delegate mcp
     """
     return main_mcp()

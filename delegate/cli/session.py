@@ -22,7 +22,10 @@ from delegate.services.session import send as send_text
 # The root-level commands and groups this module adds to `delegate` (cli/app.py's table).
 commands = typer.Typer()
 session_app = typer.Typer(
-    help="List, stop and resume the tmux sessions agents run in.", no_args_is_help=True
+    help="List, stop and resume the tmux sessions agents run in.\n\n"
+    "Example: delegate session list --all\n"
+    "Example: delegate session stop dlg-1a2b3c4d --mode graceful",
+    no_args_is_help=True,
 )
 commands.add_typer(session_app, name="session")
 SessionArg = Annotated[str, typer.Argument(help="The session name (dlg-<job id>, or --session).")]

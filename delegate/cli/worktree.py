@@ -21,7 +21,10 @@ from delegate.services.jobs import merge as merging
 # The root-level commands this module adds to `delegate` (cli/app.py's table).
 commands = typer.Typer()
 worktree_app = typer.Typer(
-    help="The git worktrees of jobs submitted with --worktree.", no_args_is_help=True
+    help="The git worktrees of jobs submitted with --worktree.\n\n"
+    "Example: delegate worktree list\n"
+    "Example: delegate worktree clean --older-than 7d --dry-run",
+    no_args_is_help=True,
 )
 commands.add_typer(worktree_app, name="worktree")
 
