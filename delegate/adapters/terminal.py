@@ -4,9 +4,11 @@ Every listing command prints through `print_listing`, which applies the output r
 at a terminal; JSON lines with --json or when piped; an empty listing is one note on stderr)
 and draws tables with `print_table`. At a terminal the table fits the window
 (at least as it is wide, 80 columns when the width is unknown): when it would be wider, the
-widest free-text cells are shortened with an ellipsis, never a column dropped, and identifiers,
-states and times keep their full width. An empty listing prints nothing on stdout and one note
-on stderr. Rendering is rich's (imported only when a table is printed).
+widest free-text cells are shortened with an ellipsis, never a column dropped and never a
+header cut; then the columns close up (one space between them instead of two); then the
+columns that may fold (states, times, sizes) are folded onto more lines. Identifiers keep
+their full width. An empty listing prints nothing on stdout and one note on stderr.
+Rendering is rich's (imported only when a table is printed).
 """
 
 from __future__ import annotations
@@ -21,14 +23,21 @@ from delegate.core.errors import say
 T = TypeVar("T")
 
 MIN_FREE_WIDTH = 8  # a free-text cell is cut no shorter than this (nor than its header)...
-LAST_RESORT_WIDTH = 4  # ...unless the fixed columns leave no room: then down to this
-GAP = 2  # spaces between columns
+GAP = 2  # spaces between columns; 1 when the table cannot fit otherwise
+# How far a table is narrowed, step by step: free text cut down to MIN_FREE_WIDTH ("short"),
+# then to its header ("header"); fixed columns that wrap folded at their spaces ("words"),
+# then down to their header ("fold").
+LEVELS = ("short", "header", "words", "fold")
+# What `layout` tries, in turn, until the table fits: (gap, level).
+FITS = ((GAP, "short"), (1, "short"), (1, "header"), (1, "words"), (1, "fold"))
 
 
 class Column(NamedTuple):
     """A column: its header, whether its cells are free text that may be made narrower, and
     whether a narrowed cell is folded onto more lines (`wrap`: what a person must read whole,
-    such as the call a permission request asks for) rather than cut with `…`."""
+    such as the call a permission request asks for, a state or a time) rather than cut with
+    `…`. A fixed column (not free) is never narrower than its widest cell unless it wraps, and
+    then only when the table fits no other way; none is ever narrower than its header."""
 
     header: str
     free: bool = False
@@ -36,35 +45,73 @@ class Column(NamedTuple):
     wrap: bool = False
 
 
-def fit_widths(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int]:
+def fit_widths(
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[str]],
+    width: int,
+    *,
+    gap: int = GAP,
+    level: str = "header",
+) -> list[int]:
     """Each column's width so the table fits `width`: natural widths, then the widest free
     column shortened down to the next widest, and so on, so long free cells share the room
-    left (never below MIN_FREE_WIDTH or the header). When the fixed columns leave too little
-    even then, free columns go on shrinking down to LAST_RESORT_WIDTH (their header cut too)
-    before a line may run wider than `width`. Fixed columns (ids, states, times) never shrink."""
+    left, never below MIN_FREE_WIDTH or the header; then (`level` "header" or beyond) down to
+    the header; then ("words") the fixed columns that wrap folded at their spaces; then
+    ("fold") down to their header. Identifiers (fixed, not wrapping) never shrink, and a line
+    runs wider than `width` only when the headers and identifiers alone do not fit."""
     widths = [
         max([len(col.header), *(len(row[i]) for row in rows)]) for i, col in enumerate(columns)
     ]
 
     def total() -> int:
-        return sum(widths) + GAP * (len(widths) - 1)
+        return sum(widths) + gap * (len(widths) - 1)
 
-    for last_resort in (False, True):
-        floors = [
-            LAST_RESORT_WIDTH if last_resort else max(MIN_FREE_WIDTH, len(col.header))
-            for col in columns
-        ]
+    for floors in _floors(columns, rows, LEVELS[: LEVELS.index(level) + 1]):
         while total() > width:
-            shrinkable = [i for i, col in enumerate(columns) if col.free and widths[i] > floors[i]]
+            shrinkable = [i for i, f in enumerate(floors) if f is not None and widths[i] > f]
             if not shrinkable:
                 break
             # the widest first, down to the next widest, so long cells share what is left
             widest = max(shrinkable, key=lambda i: widths[i])
-            others = [widths[i] for i in shrinkable if i != widest]
-            level = max([floors[widest], *others])
-            step = max(1, min(total() - width, widths[widest] - level))
-            widths[widest] = max(floors[widest], widths[widest] - step)
+            floor = floors[widest] or 0
+            level_to = max([floor, *(widths[i] for i in shrinkable if i != widest)])
+            step = max(1, min(total() - width, widths[widest] - level_to))
+            widths[widest] = max(floor, widths[widest] - step)
     return widths
+
+
+def _floors(
+    columns: Sequence[Column], rows: Sequence[Sequence[str]], levels: Sequence[str]
+) -> list[list[int | None]]:
+    """For each level, how narrow each column may become (None: not at all)."""
+    stages = []
+    for level in levels:
+        floors: list[int | None] = []
+        for i, col in enumerate(columns):
+            if col.free:
+                short = level == "short"
+                floors.append(max(MIN_FREE_WIDTH, len(col.header)) if short else len(col.header))
+            elif col.wrap and level == "words":
+                words = [len(word) for row in rows for word in row[i].split()]
+                floors.append(max([len(col.header), *words]))
+            elif col.wrap and level == "fold":
+                floors.append(len(col.header))
+            else:
+                floors.append(None)
+        stages.append(floors)
+    return stages
+
+
+def layout(
+    columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int
+) -> tuple[list[int], int]:
+    """The widths and the gap between columns of the first way in FITS that fits `width`
+    (else of the last, which comes closest)."""
+    for gap, level in FITS:
+        widths = fit_widths(columns, rows, width, gap=gap, level=level)
+        if sum(widths) + gap * (len(widths) - 1) <= width:
+            break
+    return widths, gap
 
 
 def print_table(
@@ -87,13 +134,14 @@ def print_table(
     cells = [[str(cell) for cell in row] for row in rows]
     out = file or sys.stdout
     width = width or terminal_width(out)
-    widths = fit_widths(cols, cells, width if fit else sys.maxsize)
+    widths, gap = layout(cols, cells, width if fit else sys.maxsize)
 
     from rich.console import Console  # rich: only when a table is printed (module doc)
     from rich.table import Table  # rich: as above
     from rich.text import Text  # rich: as above
 
-    table = Table(title=title, box=None, header_style="bold", pad_edge=False, padding=(0, 1))
+    padding = (0, 1) if gap == 2 else (0, gap, 0, 0)  # (0, 1): one each side of a column
+    table = Table(title=title, box=None, header_style="bold", pad_edge=False, padding=padding)
     for col, w in zip(cols, widths, strict=True):
         table.add_column(
             col.header,
@@ -104,7 +152,7 @@ def print_table(
         )
     for row in cells:
         table.add_row(*(Text(cell) for cell in row))  # cells are data, never rich markup
-    needed = sum(widths) + GAP * (len(widths) - 1)
+    needed = sum(widths) + gap * (len(widths) - 1)
     Console(file=out, width=max(width, needed), soft_wrap=False).print(table)
 
 

@@ -13,7 +13,7 @@ from delegate.adapters.terminal import Column, print_json, print_listing
 from delegate.cli.common import JobIdArg, JsonOpt, open_state
 from delegate.core.errors import say
 from delegate.core.timefmt import human_duration
-from delegate.services.jobs.approvals import unanswerable
+from delegate.services.jobs.approvals import WaitingRequest, unanswerable
 from delegate.services.jobs.host_approvals import approve as answer_request
 from delegate.services.jobs.host_approvals import waiting_everywhere
 
@@ -55,6 +55,27 @@ def approve(
     return 0
 
 
+def columns(on_hosts: bool) -> list[Column]:
+    """HOST only when a waiting job runs on an agent host: at 80 columns ASKS needs the room.
+    ASKS is the whole call, never cut: folded onto more lines."""
+    host = [Column("HOST", free=True)] if on_hosts else []
+    asks = Column("ASKS", free=True, wrap=True)
+    return [
+        Column("JOB"),
+        *host,
+        Column("REQUEST"),
+        Column("TOOL", free=True),
+        asks,
+        Column("LEFT"),
+    ]
+
+
+def cells(r: WaitingRequest, on_hosts: bool, now: float) -> list[str]:
+    host = [r.host or "-"] if on_hosts else []
+    left = human_duration(r.deadline - now)
+    return [r.job_id, *host, r.request_id, r.tool, r.call or r.summary, left]
+
+
 @commands.command()
 def approvals(as_json: JsonOpt = False) -> int:
     """Permission requests waiting for a decision, oldest first.
@@ -64,26 +85,11 @@ def approvals(as_json: JsonOpt = False) -> int:
     state = open_state()
     now = time.time()
     waiting = waiting_everywhere(state)
-    # HOST only when a waiting job runs on an agent host: at 80 columns ASKS needs the room
     on_hosts = any(r.host for r in waiting)
-    columns: list[Column | str] = [
-        Column("JOB"),
-        Column("REQUEST"),
-        Column("TOOL"),
-        Column("ASKS", free=True, wrap=True),  # the whole call, never cut
-        "LEFT",
-    ]
     print_listing(
         waiting,
-        [*columns[:1], Column("HOST"), *columns[1:]] if on_hosts else columns,
-        lambda r: [
-            r.job_id,
-            *([r.host or "-"] if on_hosts else []),
-            r.request_id,
-            r.tool,
-            r.call or r.summary,
-            human_duration(r.deadline - now),
-        ],
+        columns(on_hosts),
+        lambda r: cells(r, on_hosts, now),
         as_json=as_json,
         to_json=lambda r: r._asdict(),
         empty="no permission request is waiting",

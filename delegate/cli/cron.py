@@ -4,7 +4,7 @@
 # annotation string when it builds a command; real annotations cost nothing then.
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -65,6 +65,29 @@ def cron_add(
     return 0
 
 
+# `cron list`: the name and the schedule in words are shortened first; the schedule, next run and
+# state fold last; the last job's id never.
+LIST_COLUMNS = [
+    Column("NAME", free=True),
+    Column("SCHEDULE", wrap=True),
+    Column("WHEN", free=True),
+    Column("NEXT RUN", wrap=True),
+    Column("LAST JOB"),
+    Column("STATE", wrap=True),
+]
+
+
+def list_cells(r: dict[str, Any]) -> list[str]:
+    return [
+        r["name"],
+        r["schedule"],
+        r["description"],
+        local_time(r["next_run"]),
+        r["last_job_id"] or "-",
+        r["last_state"] or "-",
+    ]
+
+
 @cron_app.command("list")
 def cron_list(as_json: JsonOpt = False) -> int:
     """The cron entries, their schedule in words, next run, last job and its state.
@@ -73,15 +96,8 @@ def cron_list(as_json: JsonOpt = False) -> int:
     """
     print_listing(
         listing(open_state()),
-        ["NAME", "SCHEDULE", Column("WHEN", free=True), "NEXT RUN", "LAST JOB", "STATE"],
-        lambda r: [
-            r["name"],
-            r["schedule"],
-            r["description"],
-            local_time(r["next_run"]),
-            r["last_job_id"] or "-",
-            r["last_state"] or "-",
-        ],
+        LIST_COLUMNS,
+        list_cells,
         as_json=as_json,
         empty="no cron entries (add one with `delegate cron add`)",
     )

@@ -129,6 +129,25 @@ class GroupRow(NamedTuple):
     spent_today_usd: float
 
 
+# `group list`: the group's name is free text (shortened first), TODAY folds last.
+LIST_COLUMNS = [
+    Column("GROUP", free=True),
+    Column("MAX", align="right"),
+    Column("PAUSED"),
+    Column("RUNNING", align="right"),
+    Column("QUEUED", align="right"),
+    Column("TODAY", align="right", wrap=True),
+]
+
+
+def list_cells(r: GroupRow) -> list[str]:
+    today = f"${r.spent_today_usd:.2f}"
+    if r.daily_cost_usd is not None:
+        today += f" of ${r.daily_cost_usd:.2f}"
+    paused = "yes" if r.paused else "no"
+    return [r.group, str(r.max_running or "-"), paused, str(r.running), str(r.queued), today]
+
+
 @group_app.command("list")
 def group_list(as_json: JsonOpt = False) -> int:
     """Every group: its cap, whether it is paused, its jobs running and queued.
@@ -156,23 +175,8 @@ def group_list(as_json: JsonOpt = False) -> int:
         )
     print_listing(
         rows,
-        [
-            Column("GROUP"),
-            Column("MAX", align="right"),
-            Column("PAUSED"),
-            Column("RUNNING", align="right"),
-            Column("QUEUED", align="right"),
-            Column("TODAY", align="right"),
-        ],
-        lambda r: [
-            r.group,
-            str(r.max_running or "-"),
-            "yes" if r.paused else "no",
-            str(r.running),
-            str(r.queued),
-            f"${r.spent_today_usd:.2f}"
-            + (f" of ${r.daily_cost_usd:.2f}" if r.daily_cost_usd is not None else ""),
-        ],
+        LIST_COLUMNS,
+        list_cells,
         as_json=as_json,
         to_json=lambda r: r._asdict(),
         empty="no groups (create one with `delegate group add NAME`)",

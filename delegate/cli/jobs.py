@@ -47,6 +47,7 @@ from delegate.entry.ps import print_ps_json
 from delegate.entry.publish import main_hook, run_publish
 from delegate.services.jobs.register import parse_status, pick_job, register_job
 from delegate.services.logs import follow_log
+from delegate.services.ps import Row as PsRow
 from delegate.services.ps import dependency_graph, job_timing, rows
 from delegate.services.state import State
 from delegate.services.why import explain
@@ -167,27 +168,39 @@ def jobs(
     wanted = parse_status(status)
     found = open_state().registry.list(wanted)
     now = datetime.now(UTC)
-
-    def cells(j: Any) -> list[str]:
-        return [
-            j.job_id,
-            j.status.value,
-            j.agent or "-",
-            local_time(j.created_at),
-            human_duration(job_timing(j, now)[0]),
-            j.session or "-",
-            job_note(j, now) or j.error or "-",
-        ]
-
     print_listing(
         found,
-        ["JOB", "STATE", "AGENT", "CREATED", "TIME", "SESSION", Column("REASON", free=True)],
-        cells,
+        JOBS_COLUMNS,
+        lambda j: jobs_cells(j, now),
         as_json=as_json,
         to_json=lambda j: j.public_dict(),
         empty=f"no {wanted.value} jobs" if wanted else "no jobs",
     )
     return 0
+
+
+# `jobs`: free text (agent, session, reason) is shortened first, states and times fold last.
+JOBS_COLUMNS = [
+    Column("JOB"),
+    Column("STATE", wrap=True),
+    Column("AGENT", free=True),
+    Column("CREATED", wrap=True),
+    Column("TIME", wrap=True),
+    Column("SESSION", free=True),
+    Column("REASON", free=True),
+]
+
+
+def jobs_cells(j: Job, now: datetime) -> list[str]:
+    return [
+        j.job_id,
+        j.status.value,
+        j.agent or "-",
+        local_time(j.created_at),
+        human_duration(job_timing(j, now)[0]),
+        j.session or "-",
+        job_note(j, now) or j.error or "-",
+    ]
 
 
 @commands.command()
@@ -429,32 +442,36 @@ def ps(
     listing = rows(open_state(), show_all=show_all, limit=limit, group=group)
     if listing.tmux_note:
         say(listing.tmux_note)
-    event = Column("LAST EVENT", free=True)
-    reason = Column("REASON", free=True)
-    columns: list[Column | str] = ["JOB", "STATE", "AGENT", "TIME", reason, "SESSION", "TMUX"]
-    if wide:
-        columns[4:4] = ["STARTED", "ENDED"]
-        columns.insert(-1, "SESSION STATE")
-    columns.append(event)
-
-    def cells(r: Any) -> list[str]:
-        said = f"{r.last_event}: {r.last_detail}" if r.last_detail else r.last_event
-        times = [local_time(r.started_at), local_time(r.ended_at)] if wide else []
-        status = f"{r.job_state} {r.attempt}" if r.attempt else r.job_state
-        row = [r.job_id, status, r.agent, human_duration(r.duration_s), *times]
-        row += [r.end_reason, r.session, *([r.session_state] if wide else [])]
-        return [*row, r.tmux, said or "-"]
-
     print_listing(
         listing.rows,
-        columns,
-        cells,
+        ps_columns(wide),
+        lambda r: ps_cells(r, wide),
         as_json=as_json,
         to_json=lambda r: r.to_dict(),
         empty="no open jobs" if limit == 0 and not show_all else "no jobs",
         fit=not wide,
     )
     return 0
+
+
+def ps_columns(wide: bool) -> list[Column]:
+    """`ps`'s columns: with --wide, the start, the end and the session's state too."""
+    columns = [Column("JOB"), Column("STATE", wrap=True), Column("AGENT", free=True)]
+    columns += [Column("TIME", wrap=True), Column("REASON", free=True)]
+    columns += [Column("SESSION", free=True), Column("TMUX", wrap=True)]
+    if wide:
+        columns[4:4] = [Column("STARTED"), Column("ENDED")]
+        columns.insert(-1, Column("SESSION STATE"))
+    return [*columns, Column("LAST EVENT", free=True)]
+
+
+def ps_cells(r: PsRow, wide: bool) -> list[str]:
+    said = f"{r.last_event}: {r.last_detail}" if r.last_detail else r.last_event
+    times = [local_time(r.started_at), local_time(r.ended_at)] if wide else []
+    status = f"{r.job_state} {r.attempt}" if r.attempt else r.job_state
+    row = [r.job_id, status, r.agent, human_duration(r.duration_s), *times]
+    row += [r.end_reason, r.session, *([r.session_state] if wide else [])]
+    return [*row, r.tmux, said or "-"]
 
 
 def live_view(limit: int, group: str | None, *, others: tuple[Any, ...]) -> int | None:

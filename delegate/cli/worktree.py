@@ -66,6 +66,21 @@ def _size(size: int | None) -> str:
     return "-"
 
 
+# `worktree list`: free text (branch, changes, what keeps it, path) is shortened first; the
+# state, base, size and age fold last; the job id never.
+LIST_COLUMNS = [
+    Column("JOB"),
+    Column("STATE", wrap=True),
+    Column("BRANCH", free=True),
+    Column("VS BASE", wrap=True),  # ahead and behind the base: `+2 -0`
+    Column("CHANGES", free=True),
+    Column("COMMITS", free=True),
+    Column("SIZE", wrap=True),
+    Column("AGE", wrap=True),
+    Column("PATH", free=True),
+]
+
+
 def _cells(row: worktrees.WorktreeRow) -> list[str]:
     dirty = row.problem or (f"{row.changed} changed" if row.changed else "clean")
     ahead = "-" if row.ahead is None else f"+{row.ahead} -{row.behind}"
@@ -91,17 +106,7 @@ def worktree_list(as_json: JsonOpt = False) -> int:
     """
     print_listing(
         worktrees.listing(open_state()),
-        [
-            "JOB",
-            "STATE",
-            "BRANCH",
-            "AHEAD/BEHIND",
-            "CHANGES",
-            "COMMITS",
-            "SIZE",
-            "AGE",
-            Column("PATH", free=True),
-        ],
+        LIST_COLUMNS,
         _cells,
         as_json=as_json,
         to_json=lambda r: r.to_dict(),
