@@ -8,10 +8,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 # What people run (the toolkit and the Spark report), and what the tests add to it.
 DEMO_EXTRAS := spark,web,mcp
-TEST_EXTRAS := dev,spark,web,mcp
+TEST_EXTRAS := dev,spark,web,mcp,docs
 
 .PHONY: all setup setup-demo system system-demo venv venv-demo bytecode class-archive agents demo \
-	test lint \
+	test lint docs \
 	format bench clean
 
 all: test
@@ -70,6 +70,13 @@ lint: venv system
 	$(BIN)/vulture
 	shellcheck -s bash shell/delegate-job shell/delegate-monitor shell/delegate-session-*
 	shellcheck -s sh shell/delegate-report.sh
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The documentation site (MkDocs, Material) into site/: the pictures taken again from a real run
+# (scripts/screenshots.py), the references made from the code at build time (docs/hooks).
+docs: venv system
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python scripts/screenshots.py docs/images
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 format: venv
 	$(BIN)/ruff format delegate tests bench examples
