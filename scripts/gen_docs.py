@@ -82,7 +82,7 @@ def commands_markdown() -> str:
         lines.append(f"| [`{' '.join(path)}`](#{anchor(path)}) | {summary} |")
     lines.append("")
     for path, command in tree:
-        depth = min(len(path), 4)
+        depth = min(len(path) + 1, 5)  # under the page's "## Every command"
         lines.append(f"{'#' * (depth + 1)} `{' '.join(path)}` {{ #{anchor(path)} }}")
         lines.append("")
         lines.append("```text")
