@@ -74,9 +74,7 @@ def resolve(words: list[str]) -> tuple[list[str], click.Command, list[str]]:
 def example_words(example: str) -> list[str]:
     """The words of `delegate ...` in an example (a pipe into it, or a redirection after it,
     is the shell's)."""
-    lexer = shlex.shlex(example, posix=True, punctuation_chars="|><")
-    lexer.whitespace_split = True
-    words = list(lexer)
+    words = shlex.split(example)  # the examples put spaces around `|` and `>`
     start = words.index("delegate") + 1
     end = next((i for i, w in enumerate(words) if i >= start and w in {"|", ">", "<"}), None)
     return words[start:end]

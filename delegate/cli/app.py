@@ -67,7 +67,7 @@ PANELS: dict[str, dict[str, str]] = {
     "Jobs": {
         "submit": _SUBMIT,
         "ps": _JOBS,
-        "show": _JOBS,
+        "show": "delegate.cli.show",
         "logs": _JOBS,
         "watch": _JOBS,
         "why": _JOBS,

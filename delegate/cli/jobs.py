@@ -1,4 +1,4 @@
-"""The job commands: register, publish, hook, watch, jobs, show, why, logs, cancel, pick and ps.
+"""The job commands: register, publish, hook, watch, jobs, why, logs, cancel, pick and ps.
 
 Each is built, and this module imported, only when one of them is called (cli/app.py's table).
 """
@@ -6,7 +6,6 @@ Each is built, and this module imported, only when one of them is called (cli/ap
 # No `from __future__ import annotations`: typer would compile and eval each option's
 # annotation string when it builds a command; real annotations cost nothing then.
 
-import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +18,6 @@ from delegate.adapters.terminal import (
     Column,
     print_json,
     print_listing,
-    print_table,
     print_tree,
     terminal_width,
     wants_json,
@@ -38,10 +36,9 @@ from delegate.cli.common import (
 )
 from delegate.core.errors import say
 from delegate.core.eventlines import audit_line
-from delegate.core.limits import Limits, describe, human_bytes
 from delegate.core.model import Job
-from delegate.core.outcome import record_note, status_note
-from delegate.core.timefmt import human_duration, human_timeout, local_time
+from delegate.core.outcome import status_note
+from delegate.core.timefmt import human_duration, local_time
 from delegate.entry.ps import DEFAULT_LIMIT as PS_LIMIT
 from delegate.entry.ps import print_ps_json
 from delegate.entry.publish import main_hook, run_publish
@@ -51,7 +48,6 @@ from delegate.services.ps import Row as PsRow
 from delegate.services.ps import dependency_graph, job_timing, rows
 from delegate.services.state import State
 from delegate.services.why import explain
-from delegate.services.worktrees import chain as worktree_chain
 
 # The root-level commands this module adds to `delegate` (cli/app.py's table).
 commands = typer.Typer()
@@ -203,66 +199,6 @@ def jobs_cells(j: Job, now: datetime) -> list[str]:
     ]
 
 
-@commands.command()
-def show(job_id: JobIdArg, as_json: JsonOpt = False) -> int:
-    """Show one job's record (never its token) and where its audit log is.
-
-    Example: delegate show 1a2b3c4d --json
-    """
-    state = open_state()
-    job = state.registry.get(job_id)
-    record = _shown_record(state, job)
-    story = explain(state, job_id)
-    if wants_json(as_json):
-        print_json({**record, "transitions": story["transitions"], "attempts": story["attempts"]})
-        return 0
-
-    def value(key: str, v: Any) -> str:
-        if key == "status":
-            return status_cell(record)
-        if v is None:
-            return "-"
-        if key.endswith("_at") or key == "not_before":
-            return local_time(v)
-        if key.endswith("_timeout_s"):
-            return human_timeout(v)
-        if key == "peak_memory_bytes":
-            return human_bytes(v)
-        return json.dumps(v) if isinstance(v, dict | list) else str(v)
-
-    rows = [[k, value(k, v)] for k, v in sorted(record.items())]
-    print_table(
-        ["FIELD", Column("VALUE", free=True)], rows, title=f"job {job_id}", empty="no record"
-    )
-    if len(story["attempts"]) > 1:
-        print_table(
-            ["ATTEMPT", "JOB", "STATE", Column("REASON", free=True)],
-            [[a["label"], a["job_id"], a["status"], a["reason"] or "-"] for a in story["attempts"]],
-            title="attempts",
-            empty="none",
-        )
-    return 0
-
-
-def _shown_record(state: State, job: Job) -> dict[str, Any]:
-    """The record `show` prints: never the token; the audit log's path, the limits in words
-    and a review's chain beside it."""
-    record = job.public_dict()
-    record["audit_log"] = str(state.audit.events_path(job.job_id))
-    limits = Limits.from_dict((job.launch or {}).get("limits"))
-    if limits:
-        record["limits"] = describe(limits)
-    if (job.launch or {}).get("sandbox", {}).get("network") == "allowlist":
-        said = state.audit.read_events(job.job_id, "egress")
-        for key, allowed in (("hosts_reached", True), ("hosts_refused", False)):
-            record[key] = sorted(
-                {f"{e['host']}:{e['port']}" for e in said if e["allowed"] is allowed}
-            )
-    if job.follow_up_of or (job.worktree or {}).get("handed_to"):
-        record["review_chain"] = worktree_chain(state, job.job_id)  # `review`'s follow-ups
-    return record
-
-
 def job_note(job: Job, now: datetime) -> str:
     """What core/outcome says beside the job's state (its wait, its API retry, its denials)."""
     return status_note(
@@ -272,15 +208,6 @@ def job_note(job: Job, now: datetime) -> str:
         not_before=job.not_before,
         now=now,
     )
-
-
-def status_cell(record: dict[str, Any]) -> str:
-    """`show`'s status: `completed, 2 tool calls denied`, `running (rate limited, retry 4/10
-    in 4s)`, `queued (waiting, resumes 14:05)`, else the state alone."""
-    status, note = str(record.get("status")), record_note(record)
-    if not note or note.startswith(f"{status},"):
-        return note or status
-    return f"{status} ({note})"
 
 
 @commands.command()
@@ -511,7 +438,3 @@ def print_dependency_tree(state: State, *, group: str | None) -> None:
         lambda job: graph.dependents.get(job.job_id, []),
         empty="no open jobs",
     )
-
-
-# Every command of `delegate`, in the order `--help` lists them, and the module defining it:
-# this one (`app`), or a module whose `commands` app holds it, imported only when it is called.
