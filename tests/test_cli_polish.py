@@ -1,6 +1,6 @@
 """The command line's rough edges (issue 17): --version, every command's own --help, a
 DELEGATE_CONFIG naming no file, `logs --follow` printing each event once, and defaults that are
-visible in --help and in the README's Defaults table (checked against the code)."""
+visible in --help and in the configuration reference's Defaults table (checked against the code)."""
 
 from __future__ import annotations
 
@@ -400,7 +400,7 @@ def test_job_timeouts_say_their_defaults(command: str):
 
 
 def readme_defaults() -> list[dict[str, str]]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "reference" / "configuration.md").read_text()
     section = text.split("\n## Defaults\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("|")]
     assert rows[0].split("|")[1:4] == [" name ", " default ", " where to change it "]
