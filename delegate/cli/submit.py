@@ -268,7 +268,13 @@ def _submit_fan_out(request: Any, agents: list[str], count: int | None, *, as_js
     )
     for result in results:
         print_submitted(result, as_json)
-    say(f"fan-out {results[0].job.job_id}: {len(results)} jobs; see `delegate compare`")
+    fan_out = results[0].job.fan_out or results[0].job.job_id
+    line = f"fan-out {fan_out}: compare with delegate compare {fan_out}"
+    if as_json or not sys.stdout.isatty():
+        # stdout stays one job a line (its id, or its record with `fan_out`) for scripts
+        say(f"{line} ({len(results)} jobs)")
+    else:
+        print(line)
     return 0
 
 

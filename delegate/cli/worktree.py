@@ -56,16 +56,6 @@ def diff(
     return 0
 
 
-def _size(size: int | None) -> str:
-    if size is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size = size / 1024  # type: ignore[assignment]
-    return "-"
-
-
 # `worktree list`: free text (branch, changes, what keeps it, path) is shortened first; the
 # state, base, size and age fold last; the job id never.
 LIST_COLUMNS = [
@@ -91,7 +81,7 @@ def _cells(row: worktrees.WorktreeRow) -> list[str]:
         ahead,
         dirty,
         row.kept_by,
-        _size(row.size),
+        worktrees.size_words(row.size),
         human_duration(row.age_s),
         row.path,
     ]
@@ -258,6 +248,10 @@ def compare(
 ) -> int:
     """The jobs of one fan-out side by side: outcome, duration, cost, files and lines changed,
     and whether --check passes in each worktree.
+
+    The fan-out's id is its first job's: `submit --fan-out` prints it (`fan-out ID: ...`).
+    `delegate show JOB` of any of its jobs shows it (`fan out`; `fan_out` with --json).
+    Any of its job ids works here too.
 
     Example: delegate compare 1a2b3c4d --check 'make test'
     """

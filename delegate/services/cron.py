@@ -103,7 +103,7 @@ class Crontab(NamedTuple):
         try:
             result = subprocess.run(args, capture_output=True, text=True, timeout=30)
         except FileNotFoundError:
-            raise DelegateError("crontab is not installed (make installs Debian's cron)") from None
+            raise _no_crontab() from None
         if result.returncode != 0:
             if "no crontab" in result.stderr.lower():
                 return ""
@@ -119,9 +119,20 @@ class Crontab(NamedTuple):
             atomic_write(self.file, text.encode(), mode=mode)
             return
         args = ["crontab", *(["-u", self.user] if self.user else []), "-"]
-        result = subprocess.run(args, input=text, capture_output=True, text=True, timeout=30)
+        try:
+            result = subprocess.run(args, input=text, capture_output=True, text=True, timeout=30)
+        except FileNotFoundError:
+            raise _no_crontab() from None
         if result.returncode != 0:
             raise DelegateError(f"crontab could not be written: {result.stderr.strip()}")
+
+
+def _no_crontab() -> DelegateError:
+    """No `crontab` program: Debian's cron package brings it and the daemon (`make demo`
+    installs neither)."""
+    return DelegateError(
+        "crontab is not installed: apt-get install cron (`make demo` does not install it)"
+    )
 
 
 class _Field(NamedTuple):

@@ -414,9 +414,36 @@ def over_limits(state: State, config: ConfigFile) -> list[str]:
                 f"{len(old)} worktree(s) older than {limits.keep_days:g} days: {', '.join(old[:5])}"
             )
     if limits.keep_max_gb is not None:
-        total = sum(r.size or 0 for r in rows)
-        if total > limits.keep_max_gb * 1e9:
-            found.append(
-                f"worktrees take {total / 1e9:.2f} GB, over keep_max_gb {limits.keep_max_gb:g}"
-            )
+        found += _over_size(rows, limits.keep_max_gb)
     return found
+
+
+NAMED_OVER = 10  # worktrees named in a keep_max_gb report; the rest are counted
+
+
+def _over_size(rows: list[WorktreeRow], keep_max_gb: float) -> list[str]:
+    """`keep_max_gb` passed: the total, and each worktree by its size, biggest first."""
+    total = sum(r.size or 0 for r in rows)
+    if total <= keep_max_gb * 1e9:
+        return []
+    biggest = sorted((r for r in rows if r.size), key=lambda r: (-(r.size or 0), r.job_id))
+    named = ", ".join(f"{r.job_id} {size_words(r.size)}" for r in biggest[:NAMED_OVER])
+    more = f" and {len(biggest) - NAMED_OVER} more" if len(biggest) > NAMED_OVER else ""
+    limit = size_words(round(keep_max_gb * 1e9))
+    return [
+        f"worktrees take {size_words(total)}, over keep_max_gb {keep_max_gb:g} ({limit}):"
+        f" {named}{more}"
+    ]
+
+
+def size_words(size: int | None) -> str:
+    """A size on disk in the units `keep_max_gb` counts in (1 GB = 10^9 bytes): `512 B`,
+    `8.1 KB`, `340.2 MB`, `1.3 GB`; `-` when unknown."""
+    if size is None:
+        return "-"
+    if size < 1000:
+        return f"{size} B"
+    for unit, scale in (("KB", 1e3), ("MB", 1e6)):
+        if round(size / scale, 1) < 1000:  # (999,950 B is 1.0 MB, not 1000.0 KB)
+            return f"{size / scale:.1f} {unit}"
+    return f"{size / 1e9:.1f} GB"

@@ -112,6 +112,9 @@ def topic_for(prefix: str, job_id: str | None) -> str:
     return f"{prefix}/jobs/{job_id or '+'}/events"
 
 
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
 def connect_error(settings: MqttSettings, exc: BaseException) -> BusError:
     """One clear error for a failed connection, naming what is wrong."""
     import ssl  # ssl: tens of ms; a plain mqtt:// publish that connects never loads it
@@ -125,6 +128,12 @@ def connect_error(settings: MqttSettings, exc: BaseException) -> BusError:
     if isinstance(exc, ssl.SSLError):
         return BrokerTlsError(f"TLS handshake with {where} failed: {exc.reason or exc}")
     if isinstance(exc, ConnectionRefusedError):
+        if settings.host in LOCAL_HOSTS:  # most often none installed (`make demo` installs none)
+            return BrokerUnreachable(
+                f"broker {where} refused the connection: no MQTT broker runs here; install one"
+                " with `apt-get install mosquitto` (configuration: examples/mosquitto/)"
+                " or start yours"
+            )
         return BrokerUnreachable(f"broker {where} refused the connection (is it running?)")
     if isinstance(exc, socket.timeout | TimeoutError):
         return BrokerUnreachable(f"broker {where} did not answer within {CONNECT_TIMEOUT_S:g} s")
