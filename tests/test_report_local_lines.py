@@ -41,7 +41,7 @@ def _spark_read(spark, paths: list[Path]) -> tuple[list[tuple], dict[str, list[i
         frame, counts = _read_logs(spark, _logs(paths))
     finally:
         local_lines.SMALL_BYTES = saved
-    return sorted(tuple(r) for r in frame.select(*COLUMNS).collect()), counts
+    return sorted((tuple(r) for r in frame.select(*COLUMNS).collect()), key=repr), counts
 
 
 def _nonzero(counts: dict[str, list[int]]) -> dict[str, list[int]]:
@@ -62,6 +62,16 @@ CERTAIN = b"".join(
         _line(TS, "status_changed", None, status="error").encode(),  # no job
         b'{"kind": "registered", "job_id": "0000000a"}\n',  # no time
         _line(TS, "status_changed", JOB, status="error", error="caf\u00e9: x").encode(),
+        # egress lines as the proxy writes them (runtime/egress): allowed, refused, failed
+        _line(
+            TS, "egress", JOB, host="a.example", port=443, allowed=True, sent=10, received=2**40
+        ).encode(),
+        _line(
+            TS, "egress", JOB, host="b.example", port=443, allowed=False, sent=0, received=0
+        ).encode(),
+        _line(
+            TS, "egress", JOB, host="?", port=0, allowed=False, error="bad", duration_s=0.5
+        ).encode(),
         b"   \t  \n",
         b'{"ts": "2026-11-22T00:00:02.5Z", "kind": "progress", "job_id": "0000000a"}\r',
         b'{"ts": "2026-11-22T00:00:03Z", "kind": "progress", "job_id": "0000000a"}',  # no newline
@@ -76,7 +86,7 @@ def test_certain_lines_read_as_spark_reads_them(spark, tmp_path: Path):
     found = local_lines.read(paths)
     assert found is not None
     spark_rows, spark_counts = _spark_read(spark, paths)
-    assert sorted(found.rows) == spark_rows
+    assert sorted(found.rows, key=repr) == spark_rows
     assert _nonzero(found.counts) == _nonzero(spark_counts)
     assert found.counts[JOB] == [4, 1]  # the hand-written file: 4 malformed, 1 of job b
     assert sum(m for m, _ in found.counts.values()) > 4  # the generator's malformed lines too
@@ -87,7 +97,7 @@ def test_the_python_read_path_gives_the_same_frame(spark, tmp_path: Path):
     paths = sorted(tmp_path.glob("*/events.ndjson"))
     frame, counts = _read_logs(spark, _logs(paths))
     assert "LogicalRDD" in frame._jdf.queryExecution().analyzed().toString()  # not a file scan
-    rows = sorted(tuple(r) for r in frame.select(*COLUMNS, "t").collect())
+    rows = sorted((tuple(r) for r in frame.select(*COLUMNS, "t").collect()), key=repr)
     spark_rows, spark_counts = _spark_read(spark, paths)
     assert [r[:-1] for r in rows] == spark_rows and all(r[-1] is not None for r in rows)
     assert _nonzero(counts) == _nonzero(spark_counts)
@@ -100,6 +110,10 @@ def test_the_python_read_path_gives_the_same_frame(spark, tmp_path: Path):
         _line(TS, "progress", JOB, seq=1.0),
         _line(TS, "progress", JOB, seq=2**63),
         _line(TS, "progress", JOB, seq=True),
+        _line(TS, "egress", JOB, port="443"),  # an egress line's numbers and flag (report.usage)
+        _line(TS, "egress", JOB, sent=1.5),
+        _line(TS, "egress", JOB, allowed="yes"),
+        _line(TS, "egress", JOB, allowed=1),
         _line(TS, "progress", JOB, reason=7),  # not text where text is read
         _line("2026-11-22 00:00:00", "progress", JOB),  # a time in another form
         _line("2026-02-30T00:00:00Z", "progress", JOB),
@@ -129,7 +143,8 @@ def test_not_utf8_or_gone_leaves_the_set_to_spark(tmp_path: Path):
 
 def test_fields_are_the_report_columns():
     assert list(local_lines.FIELDS) == COLUMNS
-    assert set(local_lines.STRING_FIELDS) == set(COLUMNS) - {"seq"}
+    typed = {*local_lines.NUMBER_FIELDS, *local_lines.FLAG_FIELDS}
+    assert set(local_lines.STRING_FIELDS) == set(COLUMNS) - typed
 
 
 def test_tiny_input_settings_change_no_figure(spark, tmp_path: Path):

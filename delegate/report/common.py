@@ -10,7 +10,8 @@ from __future__ import annotations
 from datetime import date, datetime, tzinfo
 from typing import Any, NamedTuple
 
-from delegate.core.timefmt import RECORD_FORMAT, parse_iso, seconds_between
+from delegate.core.limits import human_bytes
+from delegate.core.timefmt import RECORD_FORMAT, human_duration, parse_iso, seconds_between
 
 
 class Report(NamedTuple):
@@ -25,6 +26,12 @@ class Report(NamedTuple):
     failures: list[dict[str, Any]] = []  # noqa: RUF012 - a NamedTuple default, never mutated
     groups: list[dict[str, Any]] = []  # noqa: RUF012 - per queue group (`--group`), as agents
     denied: list[dict[str, Any]] = []  # noqa: RUF012 - per tool its agent CLIs denied (figures)
+    # memory, CPU time and egress (report/usage): per agent and per day with figures, the top
+    # jobs by duration, peak memory and CPU seconds, and the hosts reached through a proxy
+    usage_agents: list[dict[str, Any]] = []  # noqa: RUF012 - a NamedTuple default, never mutated
+    usage_days: list[dict[str, Any]] = []  # noqa: RUF012 - a NamedTuple default, never mutated
+    top_jobs: list[dict[str, Any]] = []  # noqa: RUF012 - a NamedTuple default, never mutated
+    hosts: list[dict[str, Any]] = []  # noqa: RUF012 - a NamedTuple default, never mutated
 
 
 def plain(value: Any) -> Any:
@@ -65,6 +72,30 @@ def as_reasons(value: Any) -> str:
     if not value:
         return "-"
     return ", ".join(f"{reason} {count}" for reason, count in sorted(value.items()))
+
+
+def as_bytes(value: Any) -> str:
+    return "-" if value is None else human_bytes(value)
+
+
+def as_cpu(value: Any) -> str:
+    """CPU seconds: `0.4 s`, `42.0 s`, then as durations (`3m 20s`)."""
+    if value is None:
+        return "-"
+    return f"{value:.1f} s" if value < 60 else human_duration(value)
+
+
+def as_host(row: dict[str, Any]) -> str:
+    """`api.anthropic.com:443`; a request through a proxy that named no host (`?`) says so."""
+    if row.get("host") == "?":
+        return "(no host named)"
+    return f"{row.get('host')}:{row.get('port')}"
+
+
+def as_outcome(job: dict[str, Any]) -> str:
+    """`completed`, or `error (idle_timeout)`: a job's status with a failure's reason."""
+    reason = job.get("failure_reason")
+    return f"{job['status']} ({reason})" if reason else str(job["status"])
 
 
 def as_text(value: Any) -> str:
@@ -154,6 +185,45 @@ def denials_line(figures: dict[str, Any], per_tool: list[dict[str, Any]]) -> str
     jobs = _plural(figures.get("completed_with_denials") or 0, "job")
     tools = ", ".join(f"{t['tool']} {t['calls']:,}" for t in per_tool)
     return f"{jobs} completed with denied tool calls; {_plural(calls, 'call')} denied: {tools}"
+
+
+def usage_line(figures: dict[str, Any]) -> str:
+    """`3 of 7 jobs with limits: peak memory 1.2 GiB, CPU 3m 20s; 2 jobs behind an egress
+    proxy: 14 connections, 3 refused, 2 KiB sent, 20 MiB received` (report/usage's totals)."""
+    limited, sandboxed = figures.get("limited_jobs") or 0, figures.get("sandboxed_jobs") or 0
+    if not limited and not sandboxed:
+        return "no job has memory, CPU or egress figures"
+    parts = []
+    if limited:
+        parts.append(
+            f"{limited:,} of {_plural(figures.get('jobs') or 0, 'job')} with limits:"
+            f" peak memory {as_bytes(figures.get('peak_memory_bytes'))},"
+            f" CPU {as_cpu(figures.get('cpu_s'))}"
+        )
+    if sandboxed:
+        parts.append(
+            f"{_plural(sandboxed, 'job')} behind an egress proxy:"
+            f" {_plural(figures.get('egress_connections') or 0, 'connection')},"
+            f" {figures.get('egress_refused') or 0:,} refused,"
+            f" {as_bytes(figures.get('egress_sent'))} sent,"
+            f" {as_bytes(figures.get('egress_received'))} received"
+        )
+    return "; ".join(parts)
+
+
+def top_lists(report: Report) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """The top lists that have jobs: (measure, title, rows), in report/usage's MEASURES order."""
+    titles = {
+        "duration_s": "slowest jobs",
+        "peak_memory_bytes": "most memory",
+        "cpu_s": "most CPU time",
+    }
+    lists = []
+    for measure, title in titles.items():
+        rows = [r for r in report.top_jobs if r.get("by") == measure]
+        if rows:
+            lists.append((measure, title, rows))
+    return lists
 
 
 def retried_agents(report: Report) -> list[dict[str, Any]]:

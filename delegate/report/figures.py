@@ -24,6 +24,7 @@ Definitions (the tests recompute each one in plain Python):
   CLI denied; anything but a list of names counts as none). Totals: the calls denied, and the
   completed jobs with at least one (`completed_with_denials`); per tool (`denied`): its calls
   and the jobs that had one, most calls first, then by name.
+- memory, CPU time and egress, the slowest and hungriest jobs: report/usage.py.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from delegate.report import retries
+from delegate.report import retries, usage
 from delegate.report.common import Report
+from delegate.report.denials import denial_totals, denied_per_tool
 
 TERMINAL = ("completed", "error", "cancelled")
 
@@ -65,6 +67,7 @@ LINE_SCHEMA = StructType(
         StructField("error", StringType()),
         StructField("reason", StringType()),
         StructField("attempt", StringType()),  # a `retried` line: the attempt that follows
+        *usage.EGRESS_FIELDS,  # an `egress` line: one connection through a job's proxy
     ]
 )
 CORRUPT = "_corrupt_record"
@@ -355,13 +358,20 @@ def log_summary(lines: DataFrame) -> DataFrame:
         _marks(lines)
         .join(_event_stats(lines), "job_id", "left")
         .join(_rejected(lines), "job_id", "left")
+        .join(usage.egress_by_job(lines), "job_id", "left")
     )
 
 
-def jobs_from_summary(summary: DataFrame, status: DataFrame) -> DataFrame:
-    """One row per job from its log summary (`log_summary`) joined with its status.json."""
+def jobs_from_summary(
+    summary: DataFrame, status: DataFrame, records: list[tuple[Any, ...]] | None = None
+) -> DataFrame:
+    """One row per job from its log summary (`log_summary`) joined with its status.json and,
+    when given, its record's figures (`records`: usage.record_rows)."""
+    spark = summary.sparkSession
+    figures = None if records is None else local_frame(spark, records, usage.RECORD_SCHEMA)
     return (
-        summary.join(_status_fields(status), "job_id", "left")
+        usage.with_records(summary, figures)
+        .join(_status_fields(status), "job_id", "left")
         .select(
             "job_id",
             F.coalesce("status", "last_status", F.lit("pending")).alias("status"),
@@ -387,6 +397,7 @@ def jobs_from_summary(summary: DataFrame, status: DataFrame) -> DataFrame:
             "retried_by",
             "group",
             "denied_tools",
+            *usage.job_columns(),
         )
         .withColumn(
             "failure_reason",
@@ -473,71 +484,40 @@ def failure_frame(jobs: DataFrame) -> DataFrame:
 
 
 def compute_frames(
-    lines: DataFrame, status: DataFrame, *, since: date | None = None
+    lines: DataFrame,
+    status: DataFrame,
+    *,
+    since: date | None = None,
+    records: list[tuple[Any, ...]] | None = None,
 ) -> dict[str, DataFrame]:
     """The report's tables as DataFrames (for Parquet output); `lines` carry a parsed `t`.
 
-    With `since`, only jobs registered on or after that day (UTC) are counted."""
-    return frames_from_summary(log_summary(lines), status, since=since)
+    With `since`, only jobs registered on or after that day (UTC) are counted; `records`: the
+    job records' figures (usage.record_rows), when the report has them."""
+    return frames_from_summary(log_summary(lines), status, since=since, records=records)
 
 
 def frames_from_summary(
-    summary: DataFrame, status: DataFrame, *, since: date | None = None
+    summary: DataFrame,
+    status: DataFrame,
+    *,
+    since: date | None = None,
+    records: list[tuple[Any, ...]] | None = None,
 ) -> dict[str, DataFrame]:
     """`compute_frames` from the jobs' log summaries (`log_summary`) rather than their lines."""
-    jobs = jobs_from_summary(summary, status)
+    jobs = jobs_from_summary(summary, status, records)
     if since is not None:
         jobs = jobs.filter(F.to_date("registered_at") >= F.lit(since))
     jobs = jobs.cache()  # every other table is computed from it
     return {
-        "jobs": jobs,
+        "jobs": jobs.drop("egress_hosts"),  # per host: the hosts table
         "agents": group_frame(jobs, "agent"),
         "sessions": group_frame(jobs, "session"),
         "groups": group_frame(jobs.filter(F.col("group").isNotNull()), "group"),
         "days": day_frame(jobs),
         "failures": failure_frame(jobs),
+        **usage.frames(jobs),
     }
-
-
-COORD_SCHEMA = "ts_ms LONG, kind STRING, actor STRING, subject STRING, data STRING"
-
-
-def resource_frame(spark: SparkSession, events: list[tuple[Any, ...]]) -> DataFrame:
-    """Per lock or claim: grants, how long holders waited for them and held them, breaks.
-
-    From coord.db's event log (ts_ms, kind, actor, subject, data): waits from each grant's
-    `waited_ms`; holds from releases, breaks, and grants that took over an expired lease.
-    """
-    frame = spark.createDataFrame(events, COORD_SCHEMA)
-    parsed = frame.select(
-        F.split("kind", "_").getItem(0).alias("type"),
-        F.split("kind", "_").getItem(1).alias("step"),
-        F.col("subject").alias("resource"),
-        F.get_json_object("data", "$.waited_ms").cast("double").alias("waited_ms"),
-        F.coalesce(
-            F.get_json_object("data", "$.held_ms"),
-            F.get_json_object("data", "$.previous.held_ms"),
-        )
-        .cast("double")
-        .alias("held_ms"),
-    ).filter(F.col("type").isin("lock", "claim"))
-    return (
-        parsed.groupBy("type", "resource")
-        .agg(
-            F.sum((F.col("step") == "acquired").cast("int")).alias("grants"),
-            F.sum((F.col("step") == "broken").cast("int")).alias("broken"),
-            (F.avg(F.when(F.col("step") == "acquired", F.col("waited_ms"))) / 1000).alias(
-                "avg_wait_s"
-            ),
-            (F.max(F.when(F.col("step") == "acquired", F.col("waited_ms"))) / 1000).alias(
-                "max_wait_s"
-            ),
-            F.count("held_ms").alias("holds"),
-            (F.avg("held_ms") / 1000).alias("avg_hold_s"),
-            (F.max("held_ms") / 1000).alias("max_hold_s"),
-        )
-        .orderBy("type", "resource")
-    )
 
 
 def _utc(frame: DataFrame) -> list[Column]:
@@ -567,18 +547,25 @@ def _all_rows(frames: dict[str, DataFrame]) -> dict[str, list[dict[str, Any]]]:
     tables: dict[str, list[tuple[int, dict[str, Any]]]] = {name: [] for name in frames}
     for record in union.collect():
         tables[record["table"]].append((record["n"], json.loads(record["row"])))
-    days = {f.name for f in frames["days"].schema.fields if f.dataType.typeName() == "date"}
     out = {name: [r for _, r in sorted(rows, key=lambda r: r[0])] for name, rows in tables.items()}
-    for day_row in out.get("days", []):
-        for name in days:  # dates come back as dates, as collect() gives them
-            day_row[name] = None if day_row[name] is None else date.fromisoformat(day_row[name])
+    for name, frame in frames.items():
+        days = [f.name for f in frame.schema.fields if f.dataType.typeName() == "date"]
+        for row in out[name] if days else ():
+            for day in days:  # dates come back as dates, as collect() gives them
+                row[day] = None if row[day] is None else date.fromisoformat(row[day])
     return out
 
 
 def compute(
-    lines: DataFrame, status: DataFrame, *, malformed: int = 0, since: date | None = None
+    lines: DataFrame,
+    status: DataFrame,
+    *,
+    malformed: int = 0,
+    since: date | None = None,
+    records: list[tuple[Any, ...]] | None = None,
 ) -> Report:
-    return collect(compute_frames(lines, status, since=since), malformed=malformed)
+    frames = compute_frames(lines, status, since=since, records=records)
+    return collect(frames, malformed=malformed)
 
 
 def collect(frames: dict[str, DataFrame], *, malformed: int = 0) -> Report:
@@ -601,6 +588,7 @@ def collect(frames: dict[str, DataFrame], *, malformed: int = 0) -> Report:
         "covers_to": max(last) if last else None,
         **retries.count(found),
         **denial_totals(jobs),
+        **usage.totals(jobs),
     }
     resources = rows.get("resources", [])
     failures = rows.get("failures", [])
@@ -614,32 +602,8 @@ def collect(frames: dict[str, DataFrame], *, malformed: int = 0) -> Report:
         sorted(failures, key=lambda f: (-f["jobs"], f["reason"])),
         sorted(rows.get("groups", []), key=lambda g: str(g["group"])),
         denied_per_tool(jobs),
+        rows.get("usage_agents", []),
+        rows.get("usage_days", []),
+        usage.ranked(rows.get("top_jobs", [])),
+        rows.get("hosts", []),
     )
-
-
-def _denied(job: dict[str, Any]) -> list[str]:
-    tools = job.get("denied_tools")
-    return [t for t in tools if isinstance(t, str)] if isinstance(tools, list) else []
-
-
-def denial_totals(jobs: list[dict[str, Any]]) -> dict[str, int]:
-    """The tool calls agent CLIs denied, and the completed jobs with at least one: work that
-    reads as done and was not all done."""
-    return {
-        "denied_tool_calls": sum(len(_denied(j)) for j in jobs),
-        "completed_with_denials": sum(1 for j in jobs if j["status"] == "completed" and _denied(j)),
-    }
-
-
-def denied_per_tool(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per tool: the calls denied and the jobs that had one, most calls first, then by name."""
-    calls: dict[str, int] = {}
-    holders: dict[str, set[str]] = {}
-    for job in jobs:
-        for tool in _denied(job):
-            calls[tool] = calls.get(tool, 0) + 1
-            holders.setdefault(tool, set()).add(job["job_id"])
-    return [
-        {"tool": tool, "calls": n, "jobs": len(holders[tool])}
-        for tool, n in sorted(calls.items(), key=lambda kv: (-kv[1], kv[0]))
-    ]

@@ -4,9 +4,10 @@ Spark's JSON file reader costs seconds on a hundred small files before it reads 
 them in a Spark job, planning, a task per file, a cached scan); parsing a few megabytes here
 takes a fraction of that. The lines read here must be the lines Spark's reader would give, so a
 line is taken only when its reading is certain:
-- usable: a JSON object whose report fields (figures.LINE_SCHEMA) are strings or null (`seq`: a
-  64-bit integer or null), with a job, a kind, and a `ts` in delegate's own UTC form
-  (`2026-11-22T14:02:07.123456Z`), which Spark's `to_timestamp` always parses;
+- usable: a JSON object whose report fields (figures.LINE_SCHEMA) are strings or null (`seq`,
+  `port`, `sent`, `received`: 64-bit integers or null; `allowed`: true, false or null), with
+  a job, a kind, and a `ts` in delegate's own UTC form (`2026-11-22T14:02:07.123456Z`), which
+  Spark's `to_timestamp` always parses;
 - malformed: an object without a job, kind or time, or a line that is no JSON value at all
   (no prefix of it parses, and it holds nothing Spark's more lenient parser might read: single
   quotes, NaN or infinities, a byte-order mark, NULs, lone surrogates);
@@ -35,9 +36,12 @@ STRING_FIELDS = (
     "error",
     "reason",
     "attempt",
+    "host",
 )
-# figures.LINE_SCHEMA's order; `seq` is its one number
-FIELDS = (*STRING_FIELDS[:3], "seq", *STRING_FIELDS[3:])
+NUMBER_FIELDS = ("seq", "port", "sent", "received")  # 64-bit integers
+FLAG_FIELDS = ("allowed",)
+# figures.LINE_SCHEMA's order (an egress line's fields last: report/usage)
+FIELDS = (*STRING_FIELDS[:3], "seq", *STRING_FIELDS[3:], "port", "allowed", "sent", "received")
 SMALL_BYTES = 8_000_000  # above this, Spark's reader (in parallel, off the driver) does better
 _LONG = (-(2**63), 2**63)
 _OWN_TIME = re.compile(
@@ -80,11 +84,17 @@ def _row(obj: dict[str, Any]) -> tuple[Any, ...] | None:
             raise Uncertain(name)
         if value is not None and not value.isascii() and _SURROGATE.search(value):
             raise Uncertain(name)
-    seq = obj.get("seq")
-    if seq is not None and (
-        isinstance(seq, bool) or not isinstance(seq, int) or not _LONG[0] <= seq < _LONG[1]
-    ):
-        raise Uncertain("seq")
+    for name in NUMBER_FIELDS:
+        value = obj.get(name)
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not _LONG[0] <= value < _LONG[1]
+        ):
+            raise Uncertain(name)
+    for name in FLAG_FIELDS:
+        if obj.get(name) is not None and not isinstance(obj[name], bool):
+            raise Uncertain(name)
     ts = obj.get("ts")
     if ts is not None and not _own_time(ts):
         raise Uncertain("ts")

@@ -20,8 +20,12 @@ from delegate.report.charts import charts
 from delegate.report.common import (
     Coverage,
     Report,
+    as_bytes,
     as_cost,
     as_count,
+    as_cpu,
+    as_host,
+    as_outcome,
     as_rate,
     as_reasons,
     as_text,
@@ -33,6 +37,8 @@ from delegate.report.common import (
     sessions_shared,
     summary,
     to_local,
+    top_lists,
+    usage_line,
 )
 
 STYLE_SHEET = Path(__file__).with_name("page.css")  # package data (pyproject package-data)
@@ -289,6 +295,106 @@ def _days_table(report: Report) -> str:
     return _table(headers, cells, table_id="days-table")
 
 
+USAGE_HEADERS = [
+    ("Jobs", "num"),
+    ("With limits", "num"),
+    ("Peak memory", "num"),
+    ("CPU", "num"),
+    ("Behind a proxy", "num"),
+    ("Connections", "num"),
+    ("Refused", "num"),
+    ("Sent", "num"),
+    ("Received", "num"),
+]
+
+
+def _usage_cells(r: dict[str, Any]) -> list[Cell]:
+    """One row's cells in USAGE_HEADERS' order."""
+    return [
+        _num(as_count(r.get("jobs"))),
+        _num(as_count(r.get("limited_jobs"))),
+        _num(as_bytes(r.get("peak_memory_bytes"))),
+        _num(as_cpu(r.get("cpu_s"))),
+        _num(as_count(r.get("sandboxed_jobs"))),
+        _num(as_count(r.get("egress_connections"))),
+        _num(as_count(r.get("egress_refused"))),
+        _num(as_bytes(r.get("egress_sent"))),
+        _num(as_bytes(r.get("egress_received"))),
+    ]
+
+
+def _top_table(measure: str, rows: list[dict[str, Any]], links: Links) -> str:
+    headers = [
+        ("#", "num"),
+        ("Job", "text"),
+        ("Agent", "free"),
+        ("Outcome", "free"),
+        ("Duration", "num"),
+        ("Peak memory", "num"),
+        ("CPU", "num"),
+    ]
+    cells = [
+        [
+            _num(str(r.get("rank"))),
+            Cell(links.job(r["job_id"]), "text"),
+            _txt(as_text(r.get("agent")), "free"),
+            _txt(as_outcome(r), "free"),
+            _num(human_duration(r.get("duration_s"))),
+            _num(as_bytes(r.get("peak_memory_bytes"))),
+            _num(as_cpu(r.get("cpu_s"))),
+        ]
+        for r in rows
+    ]
+    return _table(headers, cells, table_id=f"top-{measure.replace('_', '-')}-table")
+
+
+def _hosts_table(report: Report) -> str:
+    headers = [
+        ("Host", "free"),
+        ("Jobs", "num"),
+        ("Connections", "num"),
+        ("Refused", "num"),
+        ("Sent", "num"),
+        ("Received", "num"),
+    ]
+    cells = [
+        [
+            _txt(as_host(r), "free"),
+            _num(as_count(r.get("jobs"))),
+            _num(as_count(r.get("connections"))),
+            _num(as_count(r.get("refused"))),
+            _num(as_bytes(r.get("sent"))),
+            _num(as_bytes(r.get("received"))),
+        ]
+        for r in report.hosts
+    ]
+    return _table(headers, cells, table_id="hosts-table")
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _usage(report: Report, links: Links) -> str:
+    """Memory, CPU and egress in a sentence, per agent and per day when jobs had figures, the
+    slowest and hungriest jobs, and the hosts reached through an egress proxy."""
+    parts = [f'<p id="usage-line">{_esc(_sentence(usage_line(report.totals)))}.</p>']
+    for title, key, rows in (
+        ("Per agent", "agent", report.usage_agents),
+        ("Per day (UTC)", "day", report.usage_days),
+    ):
+        if rows:
+            headers = [(key.capitalize(), "free" if key == "agent" else "text"), *USAGE_HEADERS]
+            cells = [[_txt(as_text(r.get(key)), "free"), *_usage_cells(r)] for r in rows]
+            table = _table(headers, cells, table_id=f"usage-{key}s-table")
+            parts.append(f"<h3>{_esc(title)}</h3>{table}")
+    for measure, title, rows in top_lists(report):
+        parts.append(f"<h3>{_esc(_sentence(title))}</h3>{_top_table(measure, rows, links)}")
+    if report.hosts:
+        parts.append(f"<h3>Hosts through an egress proxy</h3>{_hosts_table(report)}")
+    return "".join(parts)
+
+
 def _resources_table(report: Report) -> str:
     headers = [
         ("Type", "text"),
@@ -388,6 +494,8 @@ def _sections(report: Report, links: Links, tz: tzinfo | None) -> str:
             '<section id="sessions"><h2>Sessions that hosted more than one job</h2>'
             f"{sessions}</section>",
             f'<section id="days"><h2>Per day (UTC)</h2>{_days_table(report)}</section>',
+            '<section id="usage"><h2>Memory, CPU and network</h2>'
+            f"{_usage(report, links)}</section>",
             f'<section id="jobs"><h2>Jobs</h2>{_jobs_table(report, links, tz)}</section>',
             resources,
         ]

@@ -37,7 +37,7 @@ from delegate.report.figures import (
 )
 
 MANIFEST = "_summaries.json"
-VERSION = 2  # 2: a summary row carries `retried_by`; older ones are summarized again
+VERSION = 3  # 2: a row carries `retried_by`; 3: egress figures. Older ones: summarized again
 
 
 class LogFile(NamedTuple):

@@ -14,8 +14,12 @@ from delegate.core.outcome import denied_count
 from delegate.core.timefmt import human_duration, local_time
 from delegate.report.common import (
     Report,
+    as_bytes,
     as_cost,
     as_count,
+    as_cpu,
+    as_host,
+    as_outcome,
     as_rate,
     as_reasons,
     as_text,
@@ -25,6 +29,8 @@ from delegate.report.common import (
     retries_line,
     sessions_shared,
     summary,
+    top_lists,
+    usage_line,
 )
 
 PIPED_WIDTH = 240  # a table written to a file or a pipe keeps its natural width up to this
@@ -107,6 +113,7 @@ def print_report(
     _print_denials(report, width)
     _print_groups(report, width)
     _print_days(report, width)
+    _print_usage(report, width)
     _print_latest_jobs(report, width, when, jobs_limit)
     _print_resources(report, width)
 
@@ -227,6 +234,63 @@ def _print_days(report: Report, width: int) -> None:
         title="per day",
         width=width,
     )
+
+
+USAGE_CELLS: list[tuple[Column, Callable[[dict[str, Any]], str]]] = [
+    (Column("JOBS", align="right"), lambda r: as_count(r.get("jobs"))),
+    (Column("LIMITED", align="right"), lambda r: as_count(r.get("limited_jobs"))),
+    (Column("PEAK MEM", align="right"), lambda r: as_bytes(r.get("peak_memory_bytes"))),
+    (Column("CPU", align="right"), lambda r: as_cpu(r.get("cpu_s"))),
+    (Column("SANDBOXED", align="right"), lambda r: as_count(r.get("sandboxed_jobs"))),
+    (Column("CONNS", align="right"), lambda r: as_count(r.get("egress_connections"))),
+    (Column("REFUSED", align="right"), lambda r: as_count(r.get("egress_refused"))),
+    (Column("SENT", align="right"), lambda r: as_bytes(r.get("egress_sent"))),
+    (Column("RECEIVED", align="right"), lambda r: as_bytes(r.get("egress_received"))),
+]
+TOP_CELLS: list[tuple[Column, Callable[[dict[str, Any]], str]]] = [
+    (Column("JOB"), lambda r: str(r["job_id"])),
+    (Column("AGENT", free=True), lambda r: as_text(r.get("agent"))),
+    (Column("OUTCOME", free=True), as_outcome),
+    (Column("DURATION", align="right"), lambda r: human_duration(r.get("duration_s"))),
+    (Column("PEAK MEM", align="right"), lambda r: as_bytes(r.get("peak_memory_bytes"))),
+    (Column("CPU", align="right"), lambda r: as_cpu(r.get("cpu_s"))),
+]
+HOST_CELLS: list[tuple[Column, Callable[[dict[str, Any]], str]]] = [
+    (Column("HOST", free=True), as_host),
+    (Column("JOBS", align="right"), lambda r: as_count(r.get("jobs"))),
+    (Column("CONNS", align="right"), lambda r: as_count(r.get("connections"))),
+    (Column("REFUSED", align="right"), lambda r: as_count(r.get("refused"))),
+    (Column("SENT", align="right"), lambda r: as_bytes(r.get("sent"))),
+    (Column("RECEIVED", align="right"), lambda r: as_bytes(r.get("received"))),
+]
+
+
+def _print_usage(report: Report, width: int) -> None:
+    """Memory, CPU and egress in a line, then per agent and per day when jobs had figures;
+    the slowest and hungriest jobs; the hosts reached through an egress proxy."""
+    print()
+    print(textwrap.fill(f"resources: {usage_line(report.totals)}", width=width))
+    tables = [
+        ("resources per agent", "AGENT", "agent", USAGE_CELLS, report.usage_agents),
+        ("resources per day", "DAY (UTC)", "day", USAGE_CELLS, report.usage_days),
+        *((title, "#", "rank", TOP_CELLS, rows) for _, title, rows in top_lists(report)),
+        ("hosts through an egress proxy", "", "", HOST_CELLS, report.hosts),
+    ]
+    for title, header, key, cells, rows in tables:
+        if not rows:
+            continue
+        first = [Column(header, free=key == "agent")] if key else []
+        print()
+        print_rows(
+            [*first, *(c for c, _ in cells)],
+            [
+                [*([as_text(r.get(key))] if key else []), *(cell(r) for _, cell in cells)]
+                for r in rows
+            ],
+            empty="",
+            title=title,
+            width=width,
+        )
 
 
 def _print_latest_jobs(report: Report, width: int, when: When, jobs_limit: int) -> None:

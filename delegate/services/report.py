@@ -273,6 +273,7 @@ def run_plan(spark: Any, state: State, plan: Plan) -> ReportResult:
     )
     from delegate.report.output import write  # pyspark (through report.figures): as above
     from delegate.report.summaries import small_history, summarize  # pyspark: as above
+    from delegate.report.usage import record_rows  # pyspark: as above
 
     generated_at = datetime.now(UTC)
     logs, store = plan.logs, plan.store
@@ -282,19 +283,21 @@ def run_plan(spark: Any, state: State, plan: Plan) -> ReportResult:
         tune_for_any_input(spark)
     compacted = compaction.compact(spark, logs, store) if plan.compact else None
     status = read_status(spark, f"{logs.rstrip('/')}/*/status.json")
+    # memory and CPU figures are in the job records: only this state dir's (report.usage)
+    records = record_rows(state.registry.list()) if plan.own else None
     if plan.local:  # only the logs changed since the last report are read (report.summaries)
         summaries = summarize(spark, Path(logs), Path(store))
-        frames = frames_from_summary(summaries.frame, status, since=plan.since_day)
+        frames = frames_from_summary(summaries.frame, status, since=plan.since_day, records=records)
         malformed = summaries.malformed
     else:
         if compaction.has_store(spark, logs, store):
             lines, malformed = compaction.read_store(spark, logs, store)
         else:
             lines, malformed = read_ndjson(spark, [f"{logs.rstrip('/')}/*/events.ndjson"])
-        frames = compute_frames(lines, status, since=plan.since_day)
+        frames = compute_frames(lines, status, since=plan.since_day, records=records)
     coordination = _coordination_events(state) if plan.own else []
     if coordination:
-        from delegate.report.figures import resource_frame  # pyspark: see run_in_process
+        from delegate.report.coordination import resource_frame  # pyspark: see run_in_process
 
         frames["resources"] = resource_frame(spark, coordination)
     report = collect(frames, malformed=malformed)
