@@ -150,14 +150,20 @@ class Reconciler:
         events: Sequence[SeenEvent] = (),
         sockets: Iterable[str] | None = None,
         only_job: str | None = None,
+        queued: bool = True,
     ) -> Snapshot:
         """Read the open index, the live session rows and, once per socket, tmux.
 
         `sockets`: which servers to ask (default: every socket an open job or row names, and
         this environment's). `only_job`: a supervisor's view, its own session row only.
+        `queued=False`: without the queued jobs (a pass that launches none need not look at
+        10,000 of them: no event, session or deadline is theirs).
         """
         registry = self.state.registry
-        jobs = {j.job_id: j for j in registry.followed_open_jobs()}
+        followed = registry.followed_open_jobs(ordered=False)  # (the rules sort what they must)
+        if not queued:
+            followed = [j for j in followed if j.status is not JobState.QUEUED]
+        jobs = {j.job_id: j for j in followed}
         # Whose launcher still runs is read before the session rows: a launcher that was gone
         # by then had written every row it would write, so a pending job with no row really
         # was never launched. (Read after, a launcher finishing in between looked like one that
@@ -287,7 +293,7 @@ class Reconciler:
     ) -> list[Done]:
         """One pass; `launch=False` leaves the queue to the next full pass (what applies
         events at once need not judge 10,000 queued jobs)."""
-        snap = self.snapshot(events=events, sockets=sockets, only_job=only_job)
+        snap = self.snapshot(events=events, sockets=sockets, only_job=only_job, queued=launch)
         settings = replace(self.settings, caps=self.caps())
         if not launch:
             settings = replace(settings, launch_queued=False)

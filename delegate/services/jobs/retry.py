@@ -276,8 +276,8 @@ def cancel_sub_jobs(state: State, parent: Job) -> list[str]:
     whoever follows it), audited on the parent; a sub-job lives no longer than its parent."""
     cancelled = []
     # followed: a supervisor asks at every ending, and reads again only what changed since
-    for job in state.registry.followed_open_jobs(ordered=False):
-        if job.parent != parent.job_id or job.detached:
+    for job in state.registry.followed_sub_jobs(parent.job_id):
+        if job.detached:
             continue
         try:
             cancel(state, job.job_id)
