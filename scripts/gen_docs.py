@@ -213,6 +213,7 @@ def _toml_keys() -> list[Key]:
             f"Codex's own sandbox: {either(AGENT_SANDBOXES)}",
         ),
         Key(P, "sandbox", "as `[sandbox] default`", "run the agent in delegate's bubblewrap box"),
+        Key(P, "network", "as `[sandbox] network`", f"its box's network: {either(NETWORKS)}"),
         Key("worktree", "default", code(worktree.default), "every job in its own worktree"),
         Key(
             "worktree",
@@ -287,6 +288,13 @@ def _toml_keys() -> list[Key]:
             "profiles",
             "",
             "`[limits.profiles.NAME]`: a profile's own limits, over the defaults",
+        ),
+        Key(
+            "limits",
+            "groups",
+            "",
+            "`[limits.groups.NAME]`: a queue group's own limits (`submit --group NAME`), over"
+            " its profile's and the defaults",
         ),
         Key(
             "sandbox",

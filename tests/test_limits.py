@@ -83,6 +83,44 @@ def test_cpus_and_pids_are_checked(value):
             assert limits.pids >= 8 and isinstance(limits.pids, int)
 
 
+def test_a_group_s_limits_come_over_its_profile_s_over_the_defaults(tmp_path: Path):
+    from delegate.config.limits import limits_for
+
+    config = {
+        "limits": {
+            "max_memory": "4G",
+            "max_pids": 512,
+            "profiles": {"codex": {"max_cpus": 1.5, "max_memory": "3G"}},
+            "groups": {"nightly": {"max_memory": "2G"}},
+        }
+    }
+    source = tmp_path / "delegate.toml"
+    assert limits_for(config, source, "shell") == Limits(4 << 30, None, 512)
+    assert limits_for(config, source, "codex") == Limits(3 << 30, 1.5, 512)
+    assert limits_for(config, source, "codex", "nightly") == Limits(2 << 30, 1.5, 512)
+    assert limits_for(config, source, "shell", "other") == Limits(4 << 30, None, 512)
+    # flags over all of them (what submit does with --max-memory)
+    assert Limits(1 << 30).over(limits_for(config, source, "codex", "nightly")) == Limits(
+        1 << 30, 1.5, 512
+    )
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        {"groups": {"nightly": {"max_memory": "lots"}}},
+        {"groups": {"nightly": {"groups": {}}}},  # no nesting below a group
+        {"groups": ["nightly"]},
+    ],
+)
+def test_a_bad_group_table_is_refused_naming_it(tmp_path: Path, table: dict):
+    from delegate.config.limits import limits_for
+    from delegate.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"\[limits\]\.groups"):
+        limits_for({"limits": table}, tmp_path / "delegate.toml", "shell", "nightly")
+
+
 # --- on the machine's cgroups ----------------------------------------------------------------
 
 
@@ -132,6 +170,22 @@ def test_a_job_past_its_memory_limit_ends_memory_exceeded_with_its_peak(
     assert retry_until(lambda: _no_group_left(job_id), timeout=10)
     shown = run_cli(home, "show", job_id, env=tmux_env)
     assert "peak_memory_bytes" in shown.stdout and "memory 200 MiB" in shown.stdout
+
+
+@needs_cgroups
+def test_a_job_of_a_group_gets_the_group_s_memory_limit(home: Path, tmux_env, tmp_path: Path):
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "delegate.toml").write_text('[limits.groups.nightly]\nmax_memory = "200M"\n')
+    added = run_cli(home, "group", "add", "nightly", env=tmux_env)
+    assert added.returncode == 0, added.stderr
+    job_id = _submit(home, tmux_env, tmp_path, HOG, "--group", "nightly")
+    job = _ended(home, job_id)
+    assert job.launch["limits"]["memory_bytes"] == 200 << 20, job.launch
+    assert job.status is JobState.ERROR and job.error.startswith(f"{MEMORY_EXCEEDED}: ")
+    assert job.peak_memory_bytes is not None and job.peak_memory_bytes <= 210 << 20
+    # the same job outside the group has no limit from it
+    free = _submit(home, tmux_env, tmp_path, "true")
+    assert "limits" not in _ended(home, free).launch
 
 
 @needs_cgroups

@@ -163,6 +163,41 @@ def test_a_sandboxed_job_reaches_only_allowed_hosts_through_its_proxy(
     assert shown["hosts_refused"] == [f"evil.example:{port}"]
 
 
+@needs_bwrap
+def test_a_profile_s_network_is_its_own(home: Path, tmux_env, tmp_path: Path, web_server: int):
+    """`[profiles.NAME] network` over `[sandbox] network`: the same allowed host is reached by
+    the shell profile as `[sandbox]` has it, and not once the profile says no network."""
+    home.mkdir(parents=True, exist_ok=True)
+    sandbox = '[sandbox]\nnetwork = "allowlist"\nallow_hosts = ["localhost"]\n'
+    fetch = f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 5 http://localhost:{web_server}/"
+    state = open_state(home)
+    codes = {}
+    for own in ("", "allowlist", "none"):
+        profile = f'[profiles.shell]\nnetwork = "{own}"\n' if own else ""
+        (home / "delegate.toml").write_text(sandbox + profile)
+        work = tmp_path / (own or "default")
+        work.mkdir()
+        job_id = submit_no_wait(home, tmux_env, work, f"{fetch} > code || true", "--sandbox")
+        job = retry_until(
+            lambda made=job_id: (job := state.registry.get(made)).status.terminal and job,
+            timeout=60,
+        )
+        assert job.status is JobState.COMPLETED, job.error
+        codes[own] = (job.launch["sandbox"]["network"], (work / "code").read_text())
+    assert codes == {
+        "": ("allowlist", "200"),
+        "allowlist": ("allowlist", "200"),
+        "none": ("none", "000"),
+    }
+
+
+def test_a_profile_s_network_must_be_one_of_three(home: Path, tmux_env):
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "delegate.toml").write_text('[profiles.shell]\nnetwork = "everywhere"\n')
+    refused = refused_submit(home, tmux_env)
+    assert "network must be one of none, allowlist, host" in refused.stderr
+
+
 def test_doctor_says_whether_sandboxes_can_be_made(home: Path, tmux_env, tmp_path: Path):
     said = json.loads(run_cli(home, "doctor", "--json", env=tmux_env).stdout)["checks"]
     line = next(c for c in said if c["name"] == "sandbox")

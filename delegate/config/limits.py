@@ -1,11 +1,14 @@
 """`[limits]` of delegate.toml: the memory, CPU and process limits a job gets when submit
-names none, for every job or per profile (as `[budget]` does), enforced with cgroups.
+names none, for every job, per profile (as `[budget]` does) or per queue group, enforced with
+cgroups.
 
     [limits]
     max_memory = "4G"
     max_pids = 512
     [limits.profiles.codex]   # a profile's own, over the defaults above
     max_cpus = 1.5
+    [limits.groups.nightly]   # a group's own (`submit --group nightly`), over both
+    max_memory = "2G"
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ from delegate.core.limits import Limits, limits_from
 _KEYS = {"max_memory", "max_cpus", "max_pids"}
 
 
-def _table(table: object, where: str) -> Limits:
+def _table(table: object, where: str, *, top: bool = False) -> Limits:
     if not isinstance(table, dict):
         raise ConfigError(f"{where} must be a table")
-    unknown = table.keys() - _KEYS - {"profiles"}
+    unknown = table.keys() - _KEYS - ({"profiles", "groups"} if top else set())
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     try:
@@ -34,15 +37,21 @@ def _table(table: object, where: str) -> Limits:
         raise ConfigError(str(exc)) from None
 
 
-def limits_for(config: Mapping[str, Any], source: Path, profile: str) -> Limits:
-    """The limits a job of `profile` gets where submit names none."""
+def limits_for(
+    config: Mapping[str, Any], source: Path, profile: str, group: str | None = None
+) -> Limits:
+    """The limits a job of `profile` (in queue group `group`) gets where submit names none:
+    its group's, over its profile's, over the defaults."""
     table = config.get("limits")
     if table is None:
         return Limits()
     where = f"{source} [limits]"
-    default = _table(table, where)
-    profiles = table.get("profiles") or {} if isinstance(table, dict) else {}
-    if not isinstance(profiles, dict):
-        raise ConfigError(f"{where}.profiles must be a table of profiles")
-    own = profiles.get(profile)
-    return default if own is None else _table(own, f"{where}.profiles.{profile}").over(default)
+    found = _table(table, where, top=True)
+    for kind, name in (("profiles", profile), ("groups", group)):
+        named = table.get(kind) or {}
+        if not isinstance(named, dict):
+            raise ConfigError(f"{where}.{kind} must be a table of {kind}")
+        own = named.get(name) if name else None
+        if own is not None:
+            found = _table(own, f"{where}.{kind}.{name}").over(found)
+    return found

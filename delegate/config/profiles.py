@@ -52,6 +52,7 @@ from delegate.config.settings import CONFIG_ENV, settings
 from delegate.config.tomlfile import checked_table, read_toml
 from delegate.core.caps import Caps
 from delegate.core.errors import ConfigError, UsageError
+from delegate.core.sandbox import NETWORKS
 
 CONFIG_FILE = "delegate.toml"  # in the state directory, unless DELEGATE_CONFIG names another
 PROMPT_MODES = ("stdin", "file")
@@ -84,6 +85,8 @@ class Profile(NamedTuple):
     # Our sandbox (bubblewrap, core/sandbox) around the agent and all it starts; None: as
     # `[sandbox] default` says
     sandbox: bool | None = None
+    # its sandbox's network ("none", "allowlist", "host"); None: as `[sandbox] network` says
+    network: str | None = None
 
     def argv(
         self,
@@ -250,6 +253,7 @@ _PROFILE_KEYS = frozenset(
         "allowed_tools",
         "agent_sandbox",
         "sandbox",
+        "network",
     }
 )
 # What a table without `command` may say of a built-in profile: it extends it. How the agent
@@ -315,8 +319,8 @@ def _run_as(table: dict[str, Any], where: str) -> str | None:
 
 
 def _agent_permissions(table: dict[str, Any], where: str) -> dict[str, Any]:
-    """`permission_mode`, `allowed_tools`, `agent_sandbox`, `sandbox`, as given (absent ones
-    left out)."""
+    """`permission_mode`, `allowed_tools`, `agent_sandbox`, `sandbox`, `network`, as given
+    (absent ones left out)."""
     found: dict[str, Any] = {}
     if "permission_mode" in table:
         found["permission_mode"] = _one_of(table, "permission_mode", "", PERMISSION_MODES, where)
@@ -333,6 +337,8 @@ def _agent_permissions(table: dict[str, Any], where: str) -> dict[str, Any]:
         if not isinstance(table["sandbox"], bool):
             raise ConfigError(f"{where}: sandbox must be true or false")
         found["sandbox"] = table["sandbox"]
+    if "network" in table:
+        found["network"] = _one_of(table, "network", "", NETWORKS, where)
     return found
 
 

@@ -41,7 +41,8 @@ def sandbox_for(
     hosts = (*settings.allow_hosts, *API_HOSTS.get(profile.name, ()))
     own = tuple(os.path.join(home, name) for name in AGENT_HOME_FILES.get(profile.name, ()))
     write = (*own, *settings.write)
-    return Box(bwrap, hide, settings.read, write, settings.network, hosts)
+    network = profile.network or settings.network
+    return Box(bwrap, hide, settings.read, write, network, hosts)
 
 
 # The hosts a sandboxed built-in agent needs for its model (`network = "allowlist"`).
@@ -59,11 +60,13 @@ def inside_our_box(profile: Profile) -> Profile:
     return profile
 
 
-def limits_for_job(state: State, asked: Limits, profile: Profile, config: ConfigFile) -> Limits:
-    """The job's limits (`asked`: its flags, over `[limits]` for its profile), refused in one
-    line naming the cause when this machine cannot enforce them: a job is never run
-    unlimited in silence."""
-    limits = asked.over(limits_for(config.tables, config.path, profile.name))
+def limits_for_job(
+    state: State, asked: Limits, profile: Profile, config: ConfigFile, group: str | None = None
+) -> Limits:
+    """The job's limits (`asked`: its flags, over `[limits]` for its group and profile),
+    refused in one line naming the cause when this machine cannot enforce them: a job is
+    never run unlimited in silence."""
+    limits = asked.over(limits_for(config.tables, config.path, profile.name, group))
     if not limits:
         return limits
     from delegate.adapters.cgroups import support  # only a limited job looks at cgroups

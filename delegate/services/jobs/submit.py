@@ -363,7 +363,7 @@ def prepare(
     profile = profile._replace(
         command=tuple(agent_env.resolve_command(profile, agent_env.agent_path(profile, state.env)))
     )
-    limits = limits_for_job(state, request.limits, profile, config_file)
+    limits = limits_for_job(state, request.limits, profile, config_file, request.group)
     box = sandbox_for(state, request.sandbox, profile, config_file)
     if box is not None:
         profile = inside_our_box(profile)
