@@ -168,6 +168,8 @@ def test_a_job_past_its_memory_limit_ends_memory_exceeded_with_its_peak(
     took = parse_timestamp(ended["ts"]) - parse_timestamp(running["ts"])
     assert took.total_seconds() < 10  # 200 MB at 800 MB/s, then within 2 s of the kill
     assert retry_until(lambda: _no_group_left(job_id), timeout=10)
+    status = json.loads((home / "logs" / job_id / "status.json").read_text())
+    assert status["peak_memory_bytes"] == job.peak_memory_bytes and status["status"] == "error"
     shown = run_cli(home, "show", job_id, env=tmux_env)
     assert "peak_memory_bytes" in shown.stdout and "memory 200 MiB" in shown.stdout
 

@@ -153,8 +153,7 @@ def _run(state: State, planned: Planned, upstream: Upstream, folder: Path) -> st
         for _ in range(planned.refused):
             assert _connect(proxy.path, _tunnel("evil.example:443")).startswith(b"HTTP/1.1 403")
         for _ in range(planned.bad):
-            # (a 400, meant to be: runtime/egress closes the connection before it answers)
-            assert not _connect(proxy.path, b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 200")
+            assert _connect(proxy.path, b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 400")
         proxy.close()  # every connection said
     time.sleep(planned.wait_s)
     if planned.peak is not None or planned.cpu is not None:  # as runtime/limited.ended does

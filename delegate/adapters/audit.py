@@ -102,6 +102,9 @@ class AuditLog:
             "group": job.group,  # its queue group, for the report's per-group figures
             # the tool calls its agent CLI denied, for the report's denial figures
             "denied_tools": list(job.denied_tools) if job.denied_tools is not None else None,
+            # a limited job's figures (runtime/limited), for the report's memory and CPU
+            "peak_memory_bytes": job.peak_memory_bytes,
+            "cpu_s": job.cpu_s,
         }
 
     def write_meta(self, job: Job) -> None:

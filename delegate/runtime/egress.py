@@ -81,8 +81,13 @@ class EgressProxy:
         said["received"] = 0
         try:
             with conn:
-                head, rest = _read_head(conn)
-                where = parse_head(head)
+                try:
+                    head, rest = _read_head(conn)
+                    where = parse_head(head)
+                except BadRequest as exc:  # answered while the connection is still open
+                    said["error"] = str(exc)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                    return
                 said.update(host=where.host, port=where.port)
                 if not allowed(where.host, self.hosts):
                     conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
@@ -104,10 +109,6 @@ class EgressProxy:
                         upstream.sendall(rest)
                     sent, received = splice(conn, upstream)
                     said.update(sent=len(where.head) + len(rest) + sent, received=received)
-        except BadRequest as exc:
-            said["error"] = str(exc)
-            with contextlib.suppress(OSError):
-                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
         except OSError as exc:
             said["error"] = exc.strerror or str(exc)
         finally:

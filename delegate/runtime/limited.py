@@ -106,6 +106,10 @@ class LimitedGroup:
             peak_memory_bytes=usage.peak_memory_bytes,
             cpu_s=round(usage.cpu_s, 3) if usage.cpu_s is not None else None,
         )
+        # its status file too (the report's figures): no state change writes it now, so by
+        # hand, under the lock every state change writes it under, from the record as it is
+        with self.state.registry.locked():
+            self.state.audit.write_status(self.state.registry.get(self.job_id))
 
     def close(self) -> None:
         """Kill what the agent left in its groups (a fork bomb's children too), remove them."""
