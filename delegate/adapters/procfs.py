@@ -90,3 +90,35 @@ def ancestor_environ(name: str, pid: int | None = None) -> tuple[int, str] | Non
         except (OSError, ValueError, IndexError):
             return None
     return None
+
+
+def tree_memory(roots: list[int]) -> dict[int, int]:
+    """For each root pid, the resident memory in bytes of every process below it (the root
+    itself left out: a job's wrapper, to count its agent's tree): one pass over /proc."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    children: dict[int, list[int]] = {}
+    resident: dict[int, int] = {}
+    try:
+        names = os.listdir(PROC)
+    except OSError:
+        return {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"{PROC}/{name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        pid = int(name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        resident[pid] = int(fields[21]) * page
+    found = {}
+    for root in roots:
+        total, below = 0, list(children.get(root, ()))
+        while below:
+            pid = below.pop()
+            total += resident.get(pid, 0)
+            below.extend(children.get(pid, ()))
+        found[root] = total
+    return found

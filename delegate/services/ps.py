@@ -11,6 +11,7 @@ import os
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from delegate.adapters.procfs import tree_memory
 from delegate.adapters.sessions_db import SessionInventory
 from delegate.adapters.tmux import Tmux, socket_path_for
 from delegate.config.settings import TMUX_SOCKET_ENV
@@ -202,6 +203,20 @@ def tmux_facts(state: State, jobs: list[Job], tmux: Tmux | None = None) -> TmuxF
         (sock, p.session): p for sock, v in views.items() for p in v.panes
     }
     return TmuxFacts(default, sessions, views, panes, note)
+
+
+def live_memory(jobs: list[Job], facts: TmuxFacts) -> dict[str, int]:
+    """The resident memory now of each running job's agent (every process below its pane's
+    wrapper, a sandbox's included), by job id: one pass over /proc for all of them."""
+    roots: dict[str, int] = {}
+    for job in jobs:
+        pane = facts.panes.get((job.tmux_socket or facts.default_socket, job.session or ""))
+        if job.status is JobState.RUNNING and not job.host and pane is not None and pane.pid > 0:
+            roots[job.job_id] = pane.pid
+    if not roots:
+        return {}
+    found = tree_memory(list(roots.values()))
+    return {job_id: found[pid] for job_id, pid in roots.items() if pid in found}
 
 
 def queue_positions(jobs: list[Job]) -> dict[str, int]:

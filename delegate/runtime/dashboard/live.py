@@ -150,6 +150,7 @@ class LiveTable:
         self._settling = False  # the registry moved at the last look: look again once
         self._synced_at = 0.0
         self._context: ps.RowContext | None = None
+        self._memory: dict[str, int] = {}  # running job id -> its agent's memory, as last read
 
     # --- what listeners see ------------------------------------------------------------------
 
@@ -454,12 +455,17 @@ class LiveTable:
             except DelegateError as exc:
                 log.warning("dashboard: tmux not asked: %s", exc)
                 continue
+            memory = ps.live_memory(jobs, facts)  # (read outside the rows' lock, as tmux)
             with self._busy:
+                self._memory = memory
                 self._apply_tmux(facts)
 
     def _refresh_tmux(self) -> None:
-        """Ask tmux again now and redo every row with its facts."""
-        self._apply_tmux(ps.tmux_facts(self.state, list(self._jobs.values())))
+        """Ask tmux again now (and read the agents' memory) and redo every row with its facts."""
+        jobs = list(self._jobs.values())
+        facts = ps.tmux_facts(self.state, jobs)
+        self._memory = ps.live_memory(jobs, facts)
+        self._apply_tmux(facts)
 
     def _apply_tmux(self, facts: ps.TmuxFacts) -> None:
         """Every row again with tmux's `facts` (and any event a bus did not bring: an events
@@ -504,7 +510,10 @@ class LiveTable:
                 job = _moved_by(job, heard.event)
         context = self._context._replace(now=datetime.now(UTC))
         row = ps.row_for(self.state, job, context, event)
-        return row_dict(row, job.cost_usd if job.status.terminal else None)
+        # memory: a running agent's now (as the tmux thread last read it), an ended one's peak
+        # (kept only for a job with limits: runtime/limited)
+        memory = job.peak_memory_bytes if job.status.terminal else self._memory.get(job_id)
+        return row_dict(row, job.cost_usd if job.status.terminal else None, memory)
 
     def _publish(
         self, job_ids: list[str], note: str | None, removed: list[str] | None = None

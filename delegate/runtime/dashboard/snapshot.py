@@ -58,8 +58,11 @@ TERMINAL_STATES = frozenset(
 DIFF_LIMIT = 200_000
 
 
-def row_dict(row: ps.Row, cost_usd: float | None) -> dict[str, Any]:
-    """One line of the jobs table: `ps`'s row with the cost from the job's record.
+def row_dict(
+    row: ps.Row, cost_usd: float | None, memory_bytes: int | None = None
+) -> dict[str, Any]:
+    """One line of the jobs table: `ps`'s row with the cost from the job's record and its
+    agent's memory (a running one's now, an ended one's peak).
 
     `note` is what core/outcome says beside the state when the row was built; the page and
     `top` say it again from `denied_tools`, `agent_retry` and `not_before` as their clock runs
@@ -80,6 +83,7 @@ def row_dict(row: ps.Row, cost_usd: float | None) -> dict[str, Any]:
         "started_at": row.started_at,
         "ended_at": row.ended_at,
         "cost_usd": cost_usd,
+        "memory_bytes": memory_bytes,
         "group": row.group,
         "waiting_for": row.waiting_for,
         "denied_tools": row.denied_tools,

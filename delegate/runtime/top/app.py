@@ -190,6 +190,7 @@ class TopApp(App[int]):
         """The columns for the screen's width (the free one takes what is left), and the rows."""
         table = self.query_one(JobsTable)
         table.clear(columns=True)
+        self._shown = view.columns(self.size.width or None)
         width = self._event_width()
         for column in self._shown:
             table.add_column(column.label, width=column.width or width, key=column.key)

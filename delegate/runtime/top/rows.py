@@ -39,11 +39,20 @@ COLUMNS = (
     Column("group", "GROUP", 6),
     Column("time", "TIME", 6),
     Column("cost", "COST", 6),
+    Column("mem", "MEM", 4),  # a running agent's memory now, an ended one's peak
     Column("event", "EVENT / WAITS FOR", None),
 )
 
 
-def columns() -> list[Column]:
+# Below this many columns MEM is left out: at 80 the free column keeps its 20 characters
+# ("ASKS: may I push?" whole), which matter more there than a figure `show` also gives.
+MEMORY_FROM_WIDTH = 90
+
+
+def columns(screen_width: int | None = None) -> list[Column]:
+    """The columns for a screen `screen_width` wide (None: all of them)."""
+    if screen_width is not None and screen_width < MEMORY_FROM_WIDTH:
+        return [c for c in COLUMNS if c.key != "mem"]
     return list(COLUMNS)
 
 
@@ -104,6 +113,18 @@ def cost_text(cost: float | None) -> str:
     return "-" if cost is None else f"${cost:.2f}"
 
 
+def memory_text(size: int | None) -> str:
+    """Bytes in at most four characters, in units of 1024: `812K`, `41M`, `1.5G`."""
+    if size is None:
+        return "-"
+    for unit in ("K", "M", "G", "T"):
+        size_in = size / 1024
+        if size_in < 1000 or unit == "T":
+            return f"{size_in:.1f}{unit}" if size_in < 10 else f"{size_in:.0f}{unit}"
+        size = int(size_in)
+    return "-"  # (not reached: T always answers)
+
+
 def cells(row: dict[str, Any], shown: list[Column], *, event_width: int) -> list[str]:
     """The row's text for each of the `shown` columns, each cut to its width."""
     values = {
@@ -113,6 +134,7 @@ def cells(row: dict[str, Any], shown: list[Column], *, event_width: int) -> list
         "group": row.get("group") or "-",
         "time": human_duration(elapsed(row)),
         "cost": cost_text(row.get("cost_usd")),
+        "mem": memory_text(row.get("memory_bytes")),
         "event": what_happens(row),
     }
     return [cut(values[c.key], c.width or event_width) for c in shown]

@@ -28,6 +28,15 @@ const age = (row) => row.age_s + since(row);
 const duration = (row) =>
   row.duration_s == null ? null : row.duration_s + (OPEN.has(row.state) ? since(row) : 0);
 const cost = (row) => (row.cost_usd == null ? "-" : `$${row.cost_usd.toFixed(2)}`);
+// A running agent's memory now, an ended one's peak (as delegate/runtime/top/rows.py says it).
+function memory(row) {
+  let size = num(row.memory_bytes);
+  if (size == null) return "-";
+  for (const unit of ["K", "M", "G", "T"]) {
+    size /= 1024;
+    if (size < 1000 || unit === "T") return size < 10 ? `${size.toFixed(1)}${unit}` : `${Math.round(size)}${unit}`;
+  }
+}
 
 // What a row says beside its state, as delegate/core/outcome.py says it (keep the two alike):
 // a completion's denied tool calls, the agent CLI's own API retry (its countdown runs here),
@@ -100,7 +109,7 @@ async function post(path, body) {
 // Rows are cloned from one prototype and their clicks handled once on the table (no closure
 // per row): a thousand rows are built in a few milliseconds.
 const ROW = el("tr", {}, ...["id", "state", "agent", "num age", "num duration", "event", "num cost",
-  "actions"].map((cls) => el("td", { class: cls })));
+  "num memory wide", "actions"].map((cls) => el("td", { class: cls })));
 
 function actions(cell, row) {
   if (READ_ONLY) return;
@@ -116,7 +125,7 @@ function rowNode(row) {
   const tr = ROW.cloneNode(true);
   tr.dataset.job = row.job_id;
   tr.dataset.state = row.state;
-  const [id, state, agent, rowAge, rowDuration, last, rowCost, acts] = tr.children;
+  const [id, state, agent, rowAge, rowDuration, last, rowCost, rowMemory, acts] = tr.children;
   id.textContent = row.job_id;
   const said = stateWords(row);
   state.className = `state state-${said === row.state ? row.state : "denied"}`;
@@ -126,6 +135,7 @@ function rowNode(row) {
   rowDuration.textContent = human(duration(row));
   last.textContent = eventText(row);
   rowCost.textContent = cost(row);
+  rowMemory.textContent = memory(row);
   actions(acts, row);
   return tr;
 }
