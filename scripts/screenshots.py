@@ -327,6 +327,8 @@ def main() -> None:
     parser.add_argument("out", type=Path, help="folder for top.svg and dashboard.png")
     parser.add_argument("--only", choices=("top", "dashboard"), action="append")
     args = parser.parse_args()
+    if "dashboard" in (args.only or ("dashboard",)) and not CHROMIUM.exists():
+        raise SystemExit(f"screenshots: no Chromium at {CHROMIUM}: apt-get install chromium")
     with tempfile.TemporaryDirectory(prefix="delegate-docs-") as work:
         run = take(args.out, Path(work), tuple(args.only or ("top", "dashboard")))
     print(f"screenshots of {len(run.jobs)} jobs in {args.out}")

@@ -1,7 +1,8 @@
 """The one reader of the process environment: every variable the toolkit reads, declared once.
 
-`ENV_VARS` names each variable with its default and one line of meaning; the README's table
-of variables is generated from it (`env_table`, a test keeps the two equal). `Settings` is
+`ENV_VARS` names each variable with its default and one line of meaning; the configuration
+reference's table of variables (docs/reference/configuration.md) is made from it when the
+docs are built (`env_table`). `Settings` is
 what a process runs with, built from an environment mapping (`Settings.from_env`); code
 elsewhere receives one, or asks `settings()` for this process's, and never reads `os.environ`
 itself (tests/test_config_only.py scans the package for it). A child's environment is built
@@ -63,7 +64,7 @@ DEFAULT_SUPERVISOR_QUIET_S = 60.0  # the state dir's supervisor (runtime/supervi
 
 
 class EnvVar:
-    """One variable the toolkit reads: its name, its default (as the README shows it, empty
+    """One variable the toolkit reads: its name, its default (as the reference shows it, empty
     when there is none) and one line of meaning."""
 
     __slots__ = ("default", "meaning", "name")
@@ -183,7 +184,7 @@ ENV_VARS = (
 
 
 def env_table() -> str:
-    """The README's table of environment variables, made from `ENV_VARS`: one row a variable,
+    """The reference's table of environment variables, made from `ENV_VARS`: one row a variable,
     or one for a run of variables with the same meaning and default."""
     rows: list[tuple[list[str], str, str]] = []
     for var in ENV_VARS:

@@ -150,7 +150,7 @@ class WaitInterrupted(DelegateError):
 
 def guarded(call: Callable[[], int]) -> int:
     """Run an entry point: whatever goes wrong becomes one line on stderr and a documented exit
-    status (README, "Exit status"), never a traceback. The CLI, the wrapper, the supervisor and
+    status (docs/reference/commands.md), never a traceback. The CLI, the wrapper, the supervisor and
     the monitor all go through here."""
     try:
         return call()
