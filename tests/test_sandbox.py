@@ -210,3 +210,78 @@ def test_doctor_says_whether_sandboxes_can_be_made(home: Path, tmux_env, tmp_pat
     )["checks"]
     line = next(c for c in said if c["name"] == "sandbox")
     assert line["status"] == "warn" and "apt-get install bubblewrap" in line["detail"]
+
+
+@pytest.fixture
+def echo_server():
+    """An HTTP/1.1 server of the test's own that answers each POST with the size it read."""
+    import http.server
+    import threading
+
+    class Echo(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            said = f"read {len(body)}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(said)))
+            self.end_headers()
+            self.wfile.write(said)
+
+        def log_message(self, *args):  # quiet
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_relay_is_handed_the_host_s_own_socket_and_the_bytes_are_the_kernel_s(
+    tmp_path: Path, echo_server: int
+):
+    """The relay's hand-over (runtime/egress_relay): two POSTs of 90 KB on one kept-alive
+    connection reach the host whole through the socket the proxy passed, and the proxy counts
+    them from TCP_INFO; a relay (or an agent posing as one) asking for a host off the list
+    gets the refusal and no socket."""
+    import http.client
+    import socket
+    import threading
+
+    from delegate.runtime.egress import EgressProxy
+    from delegate.runtime.egress_relay import HAND_OVER, hand_over
+
+    said: list[dict] = []
+    proxy = EgressProxy(tmp_path / "egress.sock", ("127.0.0.1",), said.append)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=hand_over, args=(conn, str(proxy.path)), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    client = http.client.HTTPConnection("127.0.0.1", listener.getsockname()[1], timeout=10)
+    body = b"x" * 90_000
+    for _ in range(2):
+        client.request("POST", f"http://127.0.0.1:{echo_server}/v1", body=body)
+        answer = client.getresponse()
+        assert (answer.status, answer.read()) == (200, b"read 90000")
+    client.close()
+    with socket.socket(socket.AF_UNIX) as posing:  # straight to the proxy, for evil.example
+        posing.connect(str(proxy.path))
+        posing.sendall(HAND_OVER + b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n")
+        refused, fds, _, _ = socket.recv_fds(posing, 4096, 1)
+    assert refused.startswith(b"HTTP/1.1 403") and fds == []
+    retry_until(lambda: len(said) == 2, timeout=10)
+    listener.close()
+    proxy.close()
+    reached = next(s for s in said if s["allowed"])
+    assert reached["port"] == echo_server
+    assert reached["sent"] > 2 * 90_000 and 0 < reached["received"] < 1000
+    assert next(s for s in said if not s["allowed"])["host"] == "evil.example"
