@@ -323,14 +323,18 @@ def bare_run(place: Place) -> dict[str, float | None]:
     }
 
 
-def delegate_run(place: Place, *extra: str) -> dict[str, float | None]:
-    """One `delegate submit --wait --agent claude` (with `extra` flags): times (ms) from the
-    start of submit, from its audit log, its printed events and the server."""
+def delegate_run(
+    place: Place, *extra: str, env: dict[str, str] | None = None
+) -> dict[str, float | None]:
+    """One `delegate submit --wait --agent claude` (with `extra` flags, and `env` over the
+    user's): times (ms) from the start of submit, from its audit log, its printed events and
+    the server."""
     server = place.server
     seen = len(server.requests)
     argv = [DELEGATE, "submit", "--wait", "--agent", "claude", "--prompt", PROMPT]
     workdir = place.workdir()
-    began, out = start([*argv, "--workdir", str(workdir), *extra], place.delegate_env(), workdir)
+    environment = {**place.delegate_env(), **(env or {})}
+    began, out = start([*argv, "--workdir", str(workdir), *extra], environment, workdir)
     ended = out.wait(RUN_TIMEOUT_S)
     events = out.json()
     job_id = next((line["job_id"] for _, line in events if "job_id" in line), None)
@@ -390,6 +394,8 @@ def overhead(place: Place, n: int) -> dict[str, Any]:
         "bare_claude": lambda: bare_run(place),
         "delegate": lambda: delegate_run(place),
         "delegate_no_mcp": lambda: delegate_run(place, "--no-mcp"),
+        # the MCP server warmed per job but no nursery of forked zygotes (issue 33, item 8)
+        "delegate_no_zygote": lambda: delegate_run(place, env={"DELEGATE_MCP_WARM_S": "0"}),
     }
     runs: dict[str, list[dict[str, float | None]]] = {name: [] for name in kinds}
     for run in kinds.values():
@@ -399,7 +405,7 @@ def overhead(place: Place, n: int) -> dict[str, Any]:
             runs[name].append(run())
     bare = p50([r["total"] for r in runs["bare_claude"]])
     result: dict[str, Any] = {"bare_claude": stats([r["total"] for r in runs["bare_claude"]])}
-    for name in ("delegate", "delegate_no_mcp"):
+    for name in ("delegate", "delegate_no_mcp", "delegate_no_zygote"):
         figures = stats([r["total"] for r in runs[name]])
         ratio = figures["p50_ms"] / bare if bare else None
         diff = figures["p50_ms"] - bare if bare is not None else None
@@ -417,7 +423,7 @@ def overhead(place: Place, n: int) -> dict[str, Any]:
         name: {key: p50([r[key] for r in items]) for key in items[0]}
         for name, items in runs.items()
     }
-    b, d, nm = (result["breakdown_p50_ms"][k] for k in kinds)
+    b, d, nm, nz = (result["breakdown_p50_ms"][k] for k in kinds)
     result["added_p50_ms"] = {
         name: {
             "before_first_model_request": _minus(
@@ -429,11 +435,15 @@ def overhead(place: Place, n: int) -> dict[str, Any]:
             ),
             "after_last_reply_to_exit": _minus(x["last_reply_to_exit"], b["last_reply_to_exit"]),
         }
-        for name, x in (("delegate", d), ("delegate_no_mcp", nm))
+        for name, x in (("delegate", d), ("delegate_no_mcp", nm), ("delegate_no_zygote", nz))
     }
     result["mcp_cost_p50_ms"] = {
         "total": _minus(d["total"], nm["total"]),
         "before_first_model_request": _minus(d["first_model_request"], nm["first_model_request"]),
+        "zygote_gain_total": _minus(nz["total"], d["total"]),
+        "zygote_gain_before_first_model_request": _minus(
+            nz["first_model_request"], d["first_model_request"]
+        ),
     }
     return result
 

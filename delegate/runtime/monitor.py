@@ -271,7 +271,9 @@ class Monitor:
             if self.lock is not None:  # the supervisor: on record once, and the record on
                 audit_received(self.state, job_id, verdict)
                 event = EventType(verdict.event)
-                if event not in EVENT_TARGET_STATE:  # the idle clock (a state: the policy's)
+                # the idle clock; and a state a publisher on another machine cannot apply
+                # here (a local job's: its publisher's, or the policy's after APPLY_GRACE_S)
+                if event not in EVENT_TARGET_STATE or (job.host and not event.terminal):
                     detail = str(envelope.get("detail", ""))
                     self.state.registry.apply_event(job_id, event, detail=detail)
             if job.host:  # its publisher is on another machine: the supervisor applies it
