@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from delegate.core.egress import MAX_HEAD, BadRequest, allowed, parse_head
-from delegate.runtime.egress_relay import HAND_OVER, RELAY_PORT, splice
+from delegate.runtime.egress_relay import RELAY_PORT, splice
 
 CONNECT_TIMEOUT_S = 10.0
 PROXY_ENV = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy")
@@ -48,32 +48,6 @@ def _read_head(conn: socket.socket) -> tuple[bytes, bytes]:
         data += chunk
     head, _, rest = data.partition(b"\r\n\r\n")
     return head + b"\r\n\r\n", rest
-
-
-def _handed_over(conn: socket.socket, upstream: socket.socket, answer: bytes) -> dict[str, int]:
-    """Pass the allowed host's connected socket to the relay, wait until the relay is done
-    with it (it closes its end of `conn`), and count the bytes from the kernel's own figures
-    for that socket (TCP_INFO: what the host acknowledged and what it sent), not the relay's
-    word: the relay runs inside the box, beside the agent."""
-    socket.send_fds(conn, [b"F" + answer], [upstream.fileno()])
-    while conn.recv(4096):
-        pass  # (nothing is expected: the relay only closes)
-    return _tcp_counts(upstream)
-
-
-def _tcp_counts(sock: socket.socket) -> dict[str, int]:
-    """(sent, received) of a TCP socket by its `tcp_info`: bytes acked at 120, received at 128
-    (Linux 4.2 and later; none before)."""
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 136)
-    except OSError:
-        return {}
-    if len(info) < 136:
-        return {}
-    return {
-        "sent": int.from_bytes(info[120:128], "little"),
-        "received": int.from_bytes(info[128:136], "little"),
-    }
 
 
 class EgressProxy:
@@ -109,8 +83,7 @@ class EgressProxy:
             with conn:
                 try:
                     head, rest = _read_head(conn)
-                    handing = head.startswith(HAND_OVER)  # the box's relay (runtime/egress_relay)
-                    where = parse_head(head[len(HAND_OVER) :] if handing else head)
+                    where = parse_head(head)
                 except BadRequest as exc:  # answered while the connection is still open
                     said["error"] = str(exc)
                     conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
@@ -128,17 +101,12 @@ class EgressProxy:
                 said["allowed"] = True
                 with upstream:
                     upstream.settimeout(None)
-                    answer = b""
                     if where.tunnel:
-                        answer = b"HTTP/1.1 200 Connection Established\r\n\r\n"
+                        conn.sendall(b"HTTP/1.1 200 Connection Established\r\n\r\n")
                     else:
                         upstream.sendall(where.head)
                     if rest:
                         upstream.sendall(rest)
-                    if handing:
-                        said.update(_handed_over(conn, upstream, answer))
-                        return
-                    conn.sendall(answer)
                     sent, received = splice(conn, upstream)
                     said.update(sent=len(where.head) + len(rest) + sent, received=received)
         except OSError as exc:

@@ -8,7 +8,6 @@ Kept to the standard library's smallest parts (socket, threading, os): it starts
 sandboxed agent, so its start-up is part of every such job's.
 """
 
-import fcntl
 import os
 import socket
 import sys
@@ -16,22 +15,12 @@ import threading
 
 RELAY_PORT = 3128
 CHUNK = 256 * 1024
-# What the relay says first on the proxy's socket: "hand me the connection". The proxy judges
-# the request head that follows as any other, and for one it lets through it passes the
-# connected socket itself (SCM_RIGHTS), so the agent's bytes go agent -> relay -> host inside
-# the kernel, one hop instead of three (through the proxy, 38% of a direct transfer).
-HAND_OVER = b"FD\n"
-HEAD_MAX = 17 * 1024  # past the proxy's limit (core/egress MAX_HEAD): it answers 400
 
 
 def pump(source: socket.socket, target: socket.socket, counted: list[int], at: int) -> None:
     """Copy `source` to `target` until `source` ends, then end `target`'s sending side. The
     bytes go socket -> pipe -> socket inside the kernel (splice): Python never holds them."""
     pipe_r, pipe_w = os.pipe()
-    try:  # noqa: SIM105 - a pipe of CHUNK bytes: a big transfer in 4x fewer calls than 64 KiB
-        fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, CHUNK)
-    except OSError:
-        pass  # (past /proc/sys/fs/pipe-max-size for one who is not root: the default then)
     try:
         while moved := os.splice(source.fileno(), pipe_w, CHUNK):
             left = moved
@@ -59,54 +48,21 @@ def splice(one: socket.socket, other: socket.socket) -> tuple[int, int]:
     return counted[0], counted[1]
 
 
-def _head(conn: socket.socket) -> bytes:
-    """What the agent sent up to its request head's end (or all it sent, if less)."""
-    data = b""
-    while b"\r\n\r\n" not in data and len(data) <= HEAD_MAX:
-        chunk = conn.recv(8192)
-        if not chunk:
-            break
-        data += chunk
-    return data
+def relay(socket_path: str, argv: list[str]) -> int:
+    listener = socket.create_server(("127.0.0.1", RELAY_PORT), backlog=64)
 
-
-def hand_over(conn: socket.socket, socket_path: str) -> None:
-    """One connection of the agent's: its head to the proxy; then either the host's own
-    socket, passed back, spliced to the agent, or the proxy's refusal, relayed."""
-    with conn, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as proxy:
-        data = _head(conn)
-        at = data.find(b"\r\n\r\n")
-        end = at + 4 if at >= 0 else len(data)  # the head alone: the proxy reads no further,
-        head, after = data[:end], data[end:]  # and what came after goes on the host's socket
-        try:
-            proxy.connect(socket_path)
-            proxy.sendall(HAND_OVER + head)
-            said, fds, _, _ = socket.recv_fds(proxy, 4096, 1)
-        except OSError:
-            return
-        if not fds:  # refused, or a bad request: the proxy's answer, to its end
+    def hand_over(conn: socket.socket) -> None:
+        with conn, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as proxy:
             try:
-                conn.sendall(said)
+                proxy.connect(socket_path)
             except OSError:
                 return
             splice(conn, proxy)
-            return
-        with socket.socket(fileno=fds[0]) as host:
-            try:
-                conn.sendall(said[1:])  # a tunnel's "200 Connection Established"
-                host.sendall(after)
-            except OSError:
-                return
-            splice(conn, host)
-
-
-def relay(socket_path: str, argv: list[str]) -> int:
-    listener = socket.create_server(("127.0.0.1", RELAY_PORT), backlog=64)
 
     def accept() -> None:
         while True:
             conn, _ = listener.accept()
-            threading.Thread(target=hand_over, args=(conn, socket_path), daemon=True).start()
+            threading.Thread(target=hand_over, args=(conn,), daemon=True).start()
 
     # the agent first, while this process has one thread (connections wait in the backlog)
     pid = os.fork()
