@@ -122,6 +122,12 @@ def test_next_report_is_the_warm_servers_and_sees_what_changed(spark, tmp_path: 
     _bad_requests_get_an_answer(home)
     assert report_json(home, tmp_path / "third")["totals"]["jobs"] == 35
     assert server_pid(home) == pid
+    # a person ends it sooner than its idle time, and is told whether one was up
+    stopped = run_cli(home, "report", "--stop")
+    assert stopped.returncode == 0 and stopped.stderr == "the report's Spark ended\n"
+    retry_until(lambda: report_servers(home) == [], timeout=30)
+    again = run_cli(home, "report", "--stop")
+    assert again.returncode == 0 and again.stderr == "no report's Spark was up\n"
 
 
 def _bad_requests_get_an_answer(home: Path) -> None:

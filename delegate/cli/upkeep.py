@@ -12,8 +12,10 @@ import typer
 
 from delegate.adapters.terminal import Column, print_json, print_table, wants_json
 from delegate.cli.common import JsonOpt, open_state
+from delegate.config.settings import warm_s
 from delegate.core.policy import PolicySettings
 from delegate.runtime.monitor import run_monitor
+from delegate.services import warm_report
 from delegate.services.doctor import healthy, run_checks
 from delegate.services.report import run_report
 
@@ -88,14 +90,25 @@ def report(
         bool,
         typer.Option("--verbose", help="Let Spark's JVM and its warnings write to stderr."),
     ] = False,
+    stop: Annotated[
+        bool,
+        typer.Option("--stop", help="End the Spark kept up for the next report, now; no report."),
+    ] = False,
 ) -> int:
     """Analyse the audit logs with Spark: failures by reason, per job, agent, session and day.
 
-    Spark stays up for the next report, idle, for $DELEGATE_REPORT_WARM_S seconds (300).
+    Spark stays up for the next report, idle, for $DELEGATE_REPORT_WARM_S seconds (300);
+    `--stop` ends it sooner.
     Example: delegate report --since 2026-11-01 --format html --out report/
+    Example: delegate report --stop
     """
+    state = open_state()
+    if stop:
+        ended = warm_report.stop(state.layout.home)
+        print("the report's Spark ended" if ended else "no report's Spark was up", file=sys.stderr)
+        return 0
     result = run_report(
-        open_state(),
+        state,
         logs=logs,
         master=master,
         since=since,
@@ -117,6 +130,13 @@ def report(
         print_report(result.report, generated_at=result.generated_at)
     for path in result.written:
         print(path)
+    kept = warm_s(state.env)
+    if kept > 0 and master is None and not verbose and sys.stderr.isatty():
+        print(
+            f"Spark stays up {kept:g} s for the next report (uses memory meanwhile);"
+            " `delegate report --stop` ends it now",
+            file=sys.stderr,
+        )
     return 0
 
 
