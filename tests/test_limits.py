@@ -220,6 +220,47 @@ def test_a_fork_bomb_is_held_at_its_pids_limit_and_cleared_away(
 
 
 @needs_cgroups
+def test_the_groups_a_killed_wrapper_left_are_cleared_with_what_runs_in_them(
+    home: Path, tmux_env, tmp_path: Path
+):
+    """A wrapper SIGKILLed leaves its agent running in the job's cgroups; once the job has
+    ended the supervisor kills what is left there and removes the groups, on record."""
+    import signal
+
+    from .test_monitor import pane_pid, wait_running
+
+    mark = f"{time.monotonic_ns() % 10**6 + 10**6}.5"  # a sleep no other test runs
+    # what the agent started in a session of its own, its job's marks dropped from its
+    # environment (an agent may): neither the pane's hang-up nor a look for the job's
+    # processes by their environment finds it; its cgroup holds it all the same
+    script = f"env -u DELEGATE_JOB_ID setsid sleep {mark} & wait"
+    job_id = _submit(home, tmux_env, tmp_path, script, "--max-pids", "64")
+    wait_running(home, job_id)
+
+    def agents() -> list[int]:
+        return [
+            int(e.name)
+            for e in os.scandir("/proc")
+            if e.name.isdigit() and _cmdline(e.name) == f"sleep {mark}"
+        ]
+
+    assert retry_until(agents, timeout=10)
+    os.kill(pane_pid(home, job_id), signal.SIGKILL)  # the wrapper, at once
+    job = _ended(home, job_id)
+    assert job.status.terminal and agents(), "the agent outlives its wrapper in its groups"
+    assert retry_until(lambda: not agents() and _no_group_left(job_id), timeout=40)
+    cleared = open_state(home).audit.read_events(job_id, "cgroup_cleared")
+    assert len(cleared) == 1 and cleared[0]["killed"] >= 1
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+@needs_cgroups
 def test_half_a_core_is_half_a_core(home: Path, tmux_env, tmp_path: Path):
     script = "end=$(($(date +%s) + 3)); while [ $(date +%s) -lt $end ]; do :; done"
     job_id = _submit(home, tmux_env, tmp_path, script, "--max-cpus", "0.5")

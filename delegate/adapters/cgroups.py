@@ -212,6 +212,26 @@ class JobGroup:
                     time.sleep(0.02)
 
 
+def existing_groups(root: Path) -> dict[str, JobGroup]:
+    """The jobs' groups under `root` now, by job id (every state dir's on this machine: the
+    caller keeps to its own jobs)."""
+    found: dict[str, dict[str, Path]] = {}
+    parents = [("v2", root / PARENT)]
+    parents += [(c, root / c / PARENT) for c in ("memory", "cpu", "cpuacct", "pids")]
+    for controller, parent in parents:
+        try:
+            entries = list(os.scandir(parent))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                found.setdefault(entry.name, {})[controller] = Path(entry.path)
+    return {
+        job_id: JobGroup("v2" if "v2" in folders else "v1", folders)
+        for job_id, folders in found.items()
+    }
+
+
 def _present(root: Path) -> set[str]:
     return {"cpuacct"} if (root / "cpuacct" / "cgroup.procs").is_file() else set()
 

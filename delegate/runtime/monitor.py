@@ -37,6 +37,7 @@ from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import EVENT_TARGET_STATE, EventType, Job, JobState
 from delegate.core.policy import PolicySettings, SeenEvent, next_deadline_s
 from delegate.core.protocol import Accepted, Receiver
+from delegate.services.jobs.box import clear_left_groups
 from delegate.services.jobs.notify import notify, wait_for_notifiers
 from delegate.services.jobs.retry import follow_up
 from delegate.services.jobs.watch import audit_received, audit_rejected
@@ -58,6 +59,8 @@ MIN_PASS_GAP_S = 0.1  # the least time between two passes that events brought on
 APPLY_GRACE_S = 0.25
 RECENT_ENDINGS = 20  # the latest ended jobs each pass looks at for an attempt no one made
 WORKTREE_REPORT_S = 600.0  # how often worktrees over [worktree] keep_max_gb/keep_days are logged
+GROUP_SWEEP_S = 10.0  # how often the cgroups ended jobs left are looked for (clear_left_groups)
+GROUP_LEFT_S = 5.0  # how long after its end a job's group is its wrapper's to clear
 
 
 class Monitor:
@@ -101,6 +104,7 @@ class Monitor:
         self.stopping = False
         self.passes = 0
         self._worktrees_reported = -WORKTREE_REPORT_S
+        self._groups_swept = 0.0
         self._presence: PresenceWatch | None = None  # hosts' presence, while jobs run on hosts
         # the attempts this pass made (after its snapshot): their `not_before` times the next
         self._made: list[Job] = []
@@ -454,7 +458,20 @@ class Monitor:
         self._follow_up(done)
         self._watch_panes()
         self._report_worktrees()
+        self._sweep_groups()
         return done
+
+    def _sweep_groups(self) -> None:
+        """Now and then (the supervisor only), the cgroups that ended jobs left behind: their
+        wrapper was killed before it could clear them, and its agent may still run there."""
+        if self.lock is None or time.monotonic() - self._groups_swept < GROUP_SWEEP_S:
+            return
+        self._groups_swept = time.monotonic()
+        try:
+            for job_id in clear_left_groups(self.state, GROUP_LEFT_S):
+                log.warning("supervisor: cleared the cgroups job %s left behind", job_id)
+        except (OSError, DelegateError) as exc:
+            log.warning("supervisor: could not look at the jobs' cgroups: %s", exc)
 
     def _follow_up(self, done: list[Done]) -> None:
         """The next attempts of the jobs this pass ended, and of the latest that ended while

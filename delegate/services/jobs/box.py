@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import os
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 from delegate.config.limits import limits_for
 from delegate.config.profiles import ConfigFile, Profile
 from delegate.config.sandbox import sandbox_settings
 from delegate.config.settings import cgroup_root
-from delegate.core.errors import UsageError
+from delegate.core.errors import DelegateError, UsageError
 from delegate.core.limits import Limits
 from delegate.core.sandbox import Box
+from delegate.core.timefmt import parse_timestamp
 from delegate.services.jobs import agent_env
 from delegate.services.state import State
 
@@ -82,3 +84,29 @@ def limits_for_job(
             " with cgroups (see `delegate doctor`), or drop the limit"
         )
     return limits
+
+
+def clear_left_groups(state: State, min_age_s: float) -> list[str]:
+    """Empty and remove the cgroups that ended jobs of this state dir left (their wrapper,
+    which clears them when its agent exits, was killed first: what the agent started may
+    still run in them). Only a job ended `min_age_s` ago or more: a wrapper may still be
+    reading its figures. Groups of jobs not in this registry (another state dir's) are left
+    alone. Each cleared group is an audit line (`cgroup_cleared`, the processes it killed)."""
+    from delegate.adapters.cgroups import existing_groups  # only a supervisor sweeping
+
+    cleared = []
+    now = datetime.now(UTC)
+    for job_id, group in existing_groups(Path(cgroup_root(state.env))).items():
+        try:
+            job = state.registry.get(job_id)
+        except DelegateError:
+            continue  # not a job of ours
+        ended = parse_timestamp(job.updated_at) if job.status.terminal else None
+        if ended is None or (now - ended).total_seconds() < min_age_s:
+            continue
+        left = sorted(group.pids())
+        group.kill_all()
+        group.remove()
+        state.audit.append(job_id, "cgroup_cleared", killed=len(left))
+        cleared.append(job_id)
+    return cleared
