@@ -4,7 +4,6 @@ peak (its cgroup's counter); the column's words."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,8 +18,8 @@ from delegate.runtime.dashboard.live import LiveTable
 from delegate.runtime.top.rows import cells, columns, memory_text
 from delegate.services.state import State
 
-from .helpers import retry_until, run_cli
-from .test_limits import needs_cgroups
+from .helpers import retry_until
+from .test_limits import _submit, needs_cgroups
 
 HOLD = (  # holds 96 MiB (touched, so resident) until a file named `go` appears
     "python3 -c 'import os, time\nb = bytearray(96 << 20)\nfor i in range(0, len(b), 4096):"
@@ -73,15 +72,6 @@ def table(home: Path, tmux_env: dict[str, str]) -> Iterator[LiveTable]:
 def _row(live: LiveTable, job_id: str) -> dict[str, Any] | None:
     live.refresh()
     return next((r for r in live.snapshot()["rows"] if r["job_id"] == job_id), None)
-
-
-def _submit(home: Path, env: dict[str, str], work: Path, script: str, *flags: str) -> str:
-    made = run_cli(
-        home, "submit", "-a", "shell", "-p", script, "--workdir", str(work), "--no-wait",
-        "--json", *flags, env=env,
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
-    return str(json.loads(made.stdout)["job_id"])
 
 
 def test_a_running_agent_s_memory_is_shown_live(
