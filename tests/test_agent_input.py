@@ -259,6 +259,38 @@ def test_no_request_head_reaches_a_host_outside_the_allowlist(name, trick, metho
     assert reached in ALLOW or suffix_ok, reached
 
 
+_V6_ALLOWED = ("::1", "2001:db8::7")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(st.sampled_from(["::1", "0:0:0:0:0:0:0:1", "2001:DB8:0::7"]), st.ip_addresses(v=6)),
+    _TRICKS,
+    st.sampled_from(["CONNECT", "GET"]),
+    st.integers(0, 70000),
+)
+def test_an_ipv6_address_reaches_only_itself_when_listed(address, trick, method, port):
+    """An IPv6 literal in brackets is judged in its canonical form (`0:0:0:0:0:0:0:1` is
+    `::1`), and a request reaches it only when the allowlist names that address."""
+    import ipaddress
+
+    from delegate.core.egress import BadRequest, allowed, check_patterns, parse_head
+
+    listed = check_patterns(["[::1]", "2001:db8:0:0::7"])
+    assert listed == _V6_ALLOWED
+    where = f"[{address}]{trick}:{port}"
+    target = where if method == "CONNECT" else f"http://{where}/p"
+    try:
+        head = f"{method} {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        found = parse_head(head)
+    except (UnicodeEncodeError, BadRequest):
+        return
+    canonical = str(ipaddress.IPv6Address(str(address)))
+    assert found.host == canonical  # nothing else survived into the address
+    assert found.port == port or (trick == "/x" and found.port == 80)  # (a path cut it short)
+    assert allowed(found.host, listed) == (canonical in _V6_ALLOWED)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=300))
 def test_any_bytes_are_a_request_or_a_bad_request(raw):

@@ -210,3 +210,44 @@ def test_doctor_says_whether_sandboxes_can_be_made(home: Path, tmux_env, tmp_pat
     )["checks"]
     line = next(c for c in said if c["name"] == "sandbox")
     assert line["status"] == "warn" and "apt-get install bubblewrap" in line["detail"]
+
+
+@needs_bwrap
+def test_a_sandboxed_job_reaches_an_ipv6_host_it_is_allowed(home: Path, tmux_env, tmp_path: Path):
+    """`allow_hosts` may name an IPv6 address; the box's proxy connects to it there."""
+    import http.server
+    import socket
+    import threading
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"v6")
+
+        def log_message(self, *args):  # quiet
+            pass
+
+    class V6Server(http.server.ThreadingHTTPServer):
+        address_family = socket.AF_INET6
+
+    server = V6Server(("::1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "delegate.toml").write_text('[sandbox]\nallow_hosts = ["[::1]"]\n')
+        work = tmp_path / "work"
+        work.mkdir()
+        script = f"curl -s --max-time 5 http://[::1]:{port}/ > v6.out"
+        job_id = submit_no_wait(home, tmux_env, work, script, "--sandbox")
+        state = open_state(home)
+        retry_until(lambda: state.registry.get(job_id).status.terminal, timeout=60)
+        assert state.registry.get(job_id).status is JobState.COMPLETED
+        assert (work / "v6.out").read_text() == "v6"
+        reached = [e for e in state.audit.read_events(job_id, "egress") if e["allowed"]]
+        assert [(e["host"], e["port"]) for e in reached] == [("::1", port)]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -2,12 +2,15 @@
 through, and how a proxy request names its destination. Pure: runtime/egress serves it.
 
 A request is the head of an HTTP proxy request: `CONNECT host:port HTTP/1.1` (a TLS tunnel) or
-`GET http://host[:port]/path HTTP/1.1` (plain HTTP, forwarded in origin form).
+`GET http://host[:port]/path HTTP/1.1` (plain HTTP, forwarded in origin form). An IPv6 address
+is written in brackets there (`[2001:db8::1]:443`), and is compared in its one canonical form
+(`ipaddress`): `::1` and `0:0:0:0:0:0:0:1` are the same host.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 import re
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -30,14 +33,26 @@ class BadRequest(ValueError):
     """A proxy request that names no destination we can judge."""
 
 
+def _ipv6(text: str) -> str | None:
+    """`text` (bracketed or not) as an IPv6 address in its canonical form, else None."""
+    inner = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    if ":" not in inner:
+        return None
+    try:
+        return str(ipaddress.IPv6Address(inner))
+    except ValueError:
+        return None
+
+
 def check_patterns(patterns: Iterable[str]) -> tuple[str, ...]:
-    """`allow_hosts` as given: host names or IPv4 addresses, or `*.` before a domain."""
+    """`allow_hosts` as given: host names, IPv4 or IPv6 addresses, or `*.` before a domain."""
     found = []
     for pattern in patterns:
         text = pattern.strip().lower().rstrip(".")
-        if not _PATTERN.fullmatch(text):
+        address = _ipv6(text)
+        if address is None and not _PATTERN.fullmatch(text):
             raise ValueError(f"{pattern!r} is not a host name, an address or *.domain")
-        found.append(text)
+        found.append(address or text)
     return tuple(found)
 
 
@@ -55,11 +70,19 @@ def allowed(host: str, patterns: Iterable[str]) -> bool:
 
 
 def _host_port(text: str, default: int) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = text, str(default)
-    host = host.lower().rstrip(".")
-    if not _HOST.fullmatch(host) or not port.isdigit() or not 0 < int(port) < 65536:
+    if text.startswith("["):  # an IPv6 address: [addr] or [addr]:port
+        inside, bracket, after = text.partition("]")
+        host, port = _ipv6(inside + bracket) or "", after[1:] if after else str(default)
+        if not bracket or (after and not after.startswith(":")):
+            host = ""
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep:
+            host, port = text, str(default)
+        host = host.lower().rstrip(".")
+        if not _HOST.fullmatch(host):
+            host = ""
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise BadRequest(f"not a host and port: {text[:80]!r}")
     return host, int(port)
 
