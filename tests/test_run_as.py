@@ -138,3 +138,18 @@ def test_run_as_an_unknown_user_is_refused_at_submit(home: Path, tmux_env, tmp_p
     result = run_cli(home, "submit", "--agent", "nobody-here", "--prompt", "x", env=tmux_env)
     assert result.returncode == 64 and "no user 'no-such-user-x'" in result.stderr
     assert State.open(env={"DELEGATE_HOME": str(home)}).registry.list() == []
+
+
+def test_run_as_with_a_sandbox_is_refused_in_one_line(home: Path, tmux_env, agent_user: str):
+    """Not supported yet (bubblewrap, run as the agent's user, cannot reach what the box binds
+    in): refused at submit, naming both and the way out, and nothing is recorded."""
+    from .helpers import refused_submit
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "delegate.toml").write_text(
+        f'[profiles.shell]\nrun_as = "{agent_user}"\nsandbox = true\n'
+    )
+    refused = refused_submit(home, tmux_env)
+    assert f"runs as {agent_user!r}" in refused.stderr and "--no-sandbox" in refused.stderr
+    also = refused_submit(home, tmux_env, "--sandbox")
+    assert "run_as is not supported yet" in also.stderr

@@ -32,6 +32,13 @@ def sandbox_for(
     wanted = asked if asked is not None else profile.sandbox
     if not (wanted if wanted is not None else settings.default):
         return None
+    if profile.run_as:
+        # bubblewrap runs as the agent's user, who may not reach what the box binds in (the
+        # job's log folder, the toolkit, its egress socket): refused, never run half-boxed
+        raise UsageError(
+            f"profile {profile.name!r} runs as {profile.run_as!r}: a sandbox together with"
+            " run_as is not supported yet; submit with --no-sandbox, or drop run_as"
+        )
     bwrap = shutil.which("bwrap", path=agent_env.agent_path(profile, state.env))
     if bwrap is None:
         raise UsageError(
