@@ -29,6 +29,7 @@ PERMISSION_REQUIRED  # EventType: published by agents' hooks, read back by value
 
 # pytest reads these by name
 pytest_plugins  # tests/conftest.py
+address_family  # socketserver reads it off a server class (tests/test_sandbox.py: IPv6)
 pytestmark
 _fresh_job_ids  # tests/bus_contract.py: an autouse fixture
 _stop_report_servers  # tests/conftest.py: an autouse fixture
