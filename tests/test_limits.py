@@ -160,7 +160,15 @@ def test_a_job_past_its_memory_limit_ends_memory_exceeded_with_its_peak(
     assert job.error.startswith(f"{MEMORY_EXCEEDED}: "), job.error
     assert human_bytes(200 << 20) in job.error
     assert job.peak_memory_bytes is not None and 150 << 20 <= job.peak_memory_bytes <= 210 << 20
-    started = open_state(home).audit.read_events(job_id, "status_changed")
+    # (the record moves first, its status_changed line a moment after: waited for)
+    started = retry_until(
+        lambda: (
+            (lines := open_state(home).audit.read_events(job_id, "status_changed"))
+            and any(e["status"] == "error" for e in lines)
+            and lines
+        ),
+        timeout=10,
+    )
     running = next(e for e in started if e["status"] == "running")
     ended = next(e for e in started if e["status"] == "error")
     from delegate.core.timefmt import parse_timestamp
