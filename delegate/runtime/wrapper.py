@@ -30,7 +30,7 @@ import zoneinfo
 from collections.abc import Callable
 from datetime import tzinfo
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from delegate.adapters.fsio import path_with
 from delegate.adapters.mcp_handover import socket_path as mcp_socket
@@ -507,9 +507,10 @@ def _run(job_id: str, relay: SignalRelay, given: State | None) -> int:
     # a warm `delegate mcp` loads the MCP SDK while the agent starts (runtime/mcp_warm)
     warm = start_for_job(log_path.parent, launch, env, workdir, identity is not None)
     try:
-        return _run_agent(
-            state, job_id, argv, workdir, env, stdin_spec, prompt_path, log_path, relay, identity
+        run = AgentRun(
+            state, job_id, launch, argv, workdir, env, stdin_spec, prompt_path, log_path, relay
         )
+        return _run_agent(run, identity)
     finally:
         if warm is not None:
             warm.stop()
@@ -519,53 +520,46 @@ def _run(job_id: str, relay: SignalRelay, given: State | None) -> int:
             identity.clean_up()
 
 
-def _run_agent(
-    state: State,
-    job_id: str,
-    argv: list[str],
-    workdir: Path,
-    env: dict[str, str],
-    stdin_spec: int | None,
-    prompt_path: Path,
-    log_path: Path,
-    relay: SignalRelay,
-    identity: AgentIdentity | None = None,
-) -> int:
-    launch = state.registry.get(job_id).launch
+class AgentRun(NamedTuple):
+    """What starting and following one job's agent takes, gathered once by `_run`."""
+
+    state: State
+    job_id: str
+    launch: dict[str, Any]
+    argv: list[str]
+    workdir: Path
+    env: dict[str, str]
+    stdin_spec: int | None
+    prompt_path: Path
+    log_path: Path
+    relay: SignalRelay
+
+
+def _run_agent(run: AgentRun, identity: AgentIdentity | None = None) -> int:
+    """The agent in its box (when it has one), as its user (`run_as`)."""
     as_user: dict[str, Any] = {}
     if identity is not None:
         as_user = {"user": identity.uid, "group": identity.gid, "extra_groups": []}
     proxy = None
-    if launch.get("sandbox"):
-        argv, proxy = boxed(state, job_id, argv, workdir, env)
+    if run.launch.get("sandbox"):
+        argv, proxy = boxed(run.state, run.job_id, run.argv, run.workdir, run.env)
+        run = run._replace(argv=argv)
     try:
-        return _run_limited(
-            state, job_id, argv, workdir, env, stdin_spec, (prompt_path, log_path), relay, as_user
-        )
+        return _run_limited(run, as_user)
     finally:
         if proxy is not None:
             proxy.close()
 
 
-def _run_limited(
-    state: State,
-    job_id: str,
-    argv: list[str],
-    workdir: Path,
-    env: dict[str, str],
-    stdin_spec: int | None,
-    paths: tuple[Path, Path],
-    relay: SignalRelay,
-    as_user: dict[str, Any],
-) -> int:
+def _run_limited(run: AgentRun, as_user: dict[str, Any]) -> int:
     """Start the agent in its cgroups (when it has limits), follow it, remove them."""
-    launch = state.registry.get(job_id).launch
-    on_terminal = stdin_spec is None and _terminal_or_devnull() is None
+    state, job_id = run.state, run.job_id
+    on_terminal = run.stdin_spec is None and _terminal_or_devnull() is None
     try:
         limited = LimitedGroup.make(
             state,
             job_id,
-            launch,
+            run.launch,
             lambda detail, data: report(state, job_id, "error", detail=detail, data=data),
         )
     except OSError as exc:  # checked at submit: the machine changed since
@@ -573,11 +567,11 @@ def _run_limited(
         return 126
     try:
         agent = _start_agent(
-            argv,
+            run.argv,
             on_terminal=on_terminal,
-            cwd=workdir,
-            env=env,
-            stdin=stdin_spec,
+            cwd=run.workdir,
+            env=run.env,
+            stdin=run.stdin_spec,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             process_group=0,  # its own group: signals reach the agent and all it started
@@ -589,31 +583,23 @@ def _run_limited(
         report(state, job_id, "error", detail=f"agent could not start: {exc.strerror}")
         return 127
     try:
-        return _follow_agent(state, job_id, agent, launch, env, paths, relay, limited, on_terminal)
+        return _follow_agent(run, agent, limited, on_terminal)
     finally:
         limited.close()
 
 
 def _follow_agent(
-    state: State,
-    job_id: str,
-    agent: subprocess.Popen[bytes],
-    launch: dict[str, Any],
-    env: dict[str, str],
-    paths: tuple[Path, Path],
-    relay: SignalRelay,
-    limited: LimitedGroup,
-    on_terminal: bool,
+    run: AgentRun, agent: subprocess.Popen[bytes], limited: LimitedGroup, on_terminal: bool
 ) -> int:
     """Feed the agent its prompt, read its output and channel, wait for it, report its end."""
-    prompt_path, log_path = paths
+    state, job_id, launch, relay = run.state, run.job_id, run.launch, run.relay
     limited.started(stop=lambda: stop_ladder(agent.pid))
     relay.attach(agent.pid)
     if not on_terminal:  # (one that reads the terminal was given it before it began)
         _give_terminal(agent.pid)
     threads = []
     if agent.stdin is not None:
-        prompt = prompt_path.read_bytes() if prompt_path.is_file() else b""
+        prompt = run.prompt_path.read_bytes() if run.prompt_path.is_file() else b""
         threads.append(threading.Thread(target=_feed, args=(agent.stdin, prompt), daemon=True))
     assert agent.stdout is not None
     # A daemon: a background child of the agent may hold its stdout open long after it exits.
@@ -625,10 +611,12 @@ def _follow_agent(
         channel,
         spending,
         stop=lambda: stop_ladder(agent.pid),
-        zone=agent_zone(env.get("TZ")) if channel == "codex-json" else None,
+        zone=agent_zone(run.env.get("TZ")) if channel == "codex-json" else None,
     )
     threads.append(
-        threading.Thread(target=_copy_output, args=(agent.stdout, log_path, listener), daemon=True)
+        threading.Thread(
+            target=_copy_output, args=(agent.stdout, run.log_path, listener), daemon=True
+        )
     )
     for thread in threads:
         thread.start()
