@@ -121,6 +121,38 @@ def test_a_bad_group_table_is_refused_naming_it(tmp_path: Path, table: dict):
         limits_for({"limits": table}, tmp_path / "delegate.toml", "shell", "nightly")
 
 
+def test_each_layout_gets_its_own_files_for_the_same_limits(tmp_path: Path):
+    """The limits as each layout's kernel files say them (written into plain folders here:
+    the v2 names and values are checked even on a machine that only has v1)."""
+    from delegate.adapters.cgroups import JobGroup
+
+    limits = Limits(200 << 20, 0.5, 64)
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    JobGroup("v2", {"v2": v2})._limited(limits)
+    assert {f.name: f.read_text() for f in v2.iterdir()} == {
+        "memory.max": f"{200 << 20}\n",
+        "memory.swap.max": "0\n",
+        "cpu.max": "50000 100000\n",
+        "pids.max": "64\n",
+    }
+    v1 = {c: tmp_path / "v1" / c for c in ("memory", "cpu", "pids")}
+    for folder in v1.values():
+        folder.mkdir(parents=True)
+    JobGroup("v1", v1)._limited(limits)
+    assert {f"{c}/{f.name}": f.read_text() for c, d in v1.items() for f in d.iterdir()} == {
+        "memory/memory.limit_in_bytes": f"{200 << 20}\n",
+        "memory/memory.memsw.limit_in_bytes": f"{200 << 20}\n",
+        "cpu/cpu.cfs_period_us": "100000\n",
+        "cpu/cpu.cfs_quota_us": "50000\n",
+        "pids/pids.max": "64\n",
+    }
+    (v2 / "pids.max").unlink()
+    (v2 / "pids.max").mkdir()  # a file the kernel refuses: the group is removed, and it says
+    with pytest.raises(OSError):
+        JobGroup("v2", {"v2": v2})._limited(limits)
+
+
 # --- on the machine's cgroups ----------------------------------------------------------------
 
 

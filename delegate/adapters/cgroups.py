@@ -92,21 +92,7 @@ class JobGroup:
             folder = root / controller / PARENT / job_id
             folder.mkdir(parents=True, exist_ok=True)
             folders[controller] = folder
-        group = cls("v1", folders)
-        try:
-            if limits.memory_bytes is not None:
-                group._write("memory", "memory.limit_in_bytes", limits.memory_bytes)
-                with contextlib.suppress(OSError):  # no swap accounting: swap cannot escape it
-                    group._write("memory", "memory.memsw.limit_in_bytes", limits.memory_bytes)
-            if limits.cpus is not None:
-                group._write("cpu", "cpu.cfs_period_us", CPU_PERIOD_US)
-                group._write("cpu", "cpu.cfs_quota_us", int(limits.cpus * CPU_PERIOD_US))
-            if limits.pids is not None:
-                group._write("pids", "pids.max", limits.pids)
-        except OSError:
-            group.remove()
-            raise
-        return group
+        return cls("v1", folders)._limited(limits)
 
     @classmethod
     def _make_v2(cls, root: Path, job_id: str, limits: Limits, usable: frozenset[str]) -> JobGroup:
@@ -117,20 +103,38 @@ class JobGroup:
         (parent / "cgroup.subtree_control").write_bytes(enable)
         folder = parent / job_id
         folder.mkdir(exist_ok=True)
-        group = cls("v2", {"v2": folder})
+        return cls("v2", {"v2": folder})._limited(limits)
+
+    def _limited(self, limits: Limits) -> JobGroup:
+        """This group with `limits` written in its layout's files; OSError (the group removed)
+        when the kernel refuses one. Swap is kept to the memory limit where the kernel counts
+        it (no swap accounting: swap cannot escape the limit anyway)."""
+        v2 = self.layout == "v2"
+        quota = int(limits.cpus * CPU_PERIOD_US) if limits.cpus is not None else 0
+        writes: list[tuple[str, str, object, bool]] = []  # controller, file, value, optional
+        if limits.memory_bytes is not None:
+            writes.append(("memory", "memory.max" if v2 else "memory.limit_in_bytes",
+                           limits.memory_bytes, False))  # fmt: skip
+            writes.append(("memory", "memory.swap.max" if v2 else "memory.memsw.limit_in_bytes",
+                           0 if v2 else limits.memory_bytes, True))  # fmt: skip
+        if limits.cpus is not None and v2:
+            writes.append(("cpu", "cpu.max", f"{quota} {CPU_PERIOD_US}", False))
+        elif limits.cpus is not None:
+            writes.append(("cpu", "cpu.cfs_period_us", CPU_PERIOD_US, False))
+            writes.append(("cpu", "cpu.cfs_quota_us", quota, False))
+        if limits.pids is not None:
+            writes.append(("pids", "pids.max", limits.pids, False))
         try:
-            if limits.memory_bytes is not None:
-                group._write("v2", "memory.max", limits.memory_bytes)
-                with contextlib.suppress(OSError):
-                    group._write("v2", "memory.swap.max", 0)
-            if limits.cpus is not None:
-                group._write("v2", "cpu.max", f"{int(limits.cpus * CPU_PERIOD_US)} {CPU_PERIOD_US}")
-            if limits.pids is not None:
-                group._write("v2", "pids.max", limits.pids)
+            for controller, name, value, optional in writes:
+                try:
+                    self._write("v2" if v2 else controller, name, value)
+                except OSError:
+                    if not optional:
+                        raise
         except OSError:
-            group.remove()
+            self.remove()
             raise
-        return group
+        return self
 
     def _write(self, controller: str, name: str, value: object) -> None:
         (self.folders[controller] / name).write_text(f"{value}\n")
