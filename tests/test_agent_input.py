@@ -302,3 +302,45 @@ def test_any_bytes_are_a_request_or_a_bad_request(raw):
     except BadRequest:
         return
     assert 0 < where.port < 65536 and where.host and " " not in where.host
+
+
+# -- the cgroups a sweep clears: folder names anyone with the rights may make ---------------------
+
+_FOLDER = st.text(
+    alphabet=st.characters(blacklist_characters="/\0", blacklist_categories=("Cs",)),
+    min_size=1,
+    max_size=20,
+).filter(lambda n: n not in (".", ".."))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_FOLDER, max_size=6, unique=True))
+def test_the_cgroup_sweep_clears_only_ended_jobs_of_its_own_registry(names):
+    """Whatever folders sit beside a job's in the cgroup tree (another state dir's jobs, a
+    name that looks like a path, an open job's), the supervisor's sweep removes only the groups
+    of jobs its own registry has ended."""
+    import tempfile
+    from datetime import UTC, datetime, timedelta
+
+    from delegate.core.model import JobState
+    from delegate.services.jobs.box import clear_left_groups
+    from delegate.services.jobs.finish import end_job
+    from delegate.services.state import State
+
+    with tempfile.TemporaryDirectory() as top:
+        root = Path(top) / "cgroup"
+        state = State.open(env={"DELEGATE_HOME": f"{top}/state", "DELEGATE_CGROUP_ROOT": str(root)})
+        ended, _ = state.registry.register(command="x")
+        end_job(state, ended.job_id, JobState.ERROR, reason="test")
+        running, _ = state.registry.register(command="y")
+        for name in [*names, ended.job_id, running.job_id]:
+            (root / "pids" / "delegate" / name).mkdir(parents=True, exist_ok=True)
+        later = datetime.now(UTC) + timedelta(minutes=5)
+        import unittest.mock
+
+        with unittest.mock.patch("delegate.services.jobs.box.datetime") as clock:
+            clock.now.return_value = later
+            cleared = clear_left_groups(state, min_age_s=60)
+        assert cleared == [ended.job_id]
+        left = {p.name for p in (root / "pids" / "delegate").iterdir()}
+        assert left == ({*names, running.job_id} - {ended.job_id})

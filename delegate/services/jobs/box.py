@@ -15,6 +15,7 @@ from delegate.config.profiles import ConfigFile, Profile
 from delegate.config.sandbox import sandbox_settings
 from delegate.config.settings import cgroup_root
 from delegate.core.errors import DelegateError, UsageError
+from delegate.core.ids import is_job_id
 from delegate.core.limits import Limits
 from delegate.core.sandbox import Box
 from delegate.core.timefmt import parse_timestamp
@@ -104,6 +105,8 @@ def clear_left_groups(state: State, min_age_s: float) -> list[str]:
     cleared = []
     now = datetime.now(UTC)
     for job_id, group in existing_groups(Path(cgroup_root(state.env))).items():
+        if not is_job_id(job_id):  # a folder anyone with the rights made: not a job's
+            continue
         try:
             job = state.registry.get(job_id)
         except DelegateError:
