@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
+from delegate.adapters.procfs import processes_with_environ
+
 COLUMNS, ROWS = 110, 24
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
@@ -149,16 +151,9 @@ def submit_jobs(env: dict[str, str], workdir: Path) -> dict[str, str]:
 def stop_processes_of(home: Path) -> None:
     """SIGKILL what this run started that is still up: every process whose environment names
     this run's own state dir (a path no one else uses)."""
-    marker = f"DELEGATE_HOME={home}".encode()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as handle:
-                if marker in handle.read().split(b"\0"):
-                    os.kill(int(entry.name), signal.SIGKILL)
-        except (OSError, ProcessLookupError):
-            continue
+    for pid in processes_with_environ(f"DELEGATE_HOME={home}"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 # --- delegate top, as a terminal shows it -------------------------------------------------------

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from delegate.adapters.procfs import processes_with_environ
+
 
 @pytest.fixture
 def tmux_tmpdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
@@ -64,17 +66,12 @@ def kill_processes_of(home: Path) -> None:
     """SIGKILL every process whose environment names `home` as its DELEGATE_HOME, all of them
     stopped first, as a power cut would: none sees another die (a wrapper whose tmux server
     went first would get its SIGHUP and report the job's end)."""
-    marker = f"DELEGATE_HOME={home}".encode()
     found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
+    for pid in processes_with_environ(f"DELEGATE_HOME={home}"):
         try:
-            with open(f"/proc/{entry.name}/environ", "rb") as handle:
-                if marker in handle.read().split(b"\0"):
-                    os.kill(int(entry.name), signal.SIGSTOP)
-                    found.append(int(entry.name))
-        except (OSError, ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+            found.append(pid)
+        except ProcessLookupError:
             continue
     for pid in found:
         try:

@@ -122,3 +122,23 @@ def tree_memory(roots: list[int]) -> dict[int, int]:
             below.extend(children.get(pid, ()))
         found[root] = total
     return found
+
+
+def processes_with_environ(entry: str) -> set[int]:
+    """Pids (this one's left out) whose environment holds `entry` (`NAME=value`, whole): one
+    pass over /proc, same user or root. Read when asked, so a reused pid shows its new
+    owner's environment."""
+    marker = entry.encode()
+    me = os.getpid()
+    found = set()
+    for name in os.listdir(PROC):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"{PROC}/{name}/environ", "rb") as handle:
+                environ = handle.read()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            found.add(int(name))
+    return found

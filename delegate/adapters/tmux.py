@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from delegate.adapters.procfs import processes_with_environ
 from delegate.config.settings import DEFAULT_TMUX_TMPDIR, TMUX_SOCKET_ENV, TMUX_TMPDIR_ENV, settings
 from delegate.core.errors import DelegateError, UsageError
 from delegate.core.model import Pane, TmuxView
@@ -506,19 +507,7 @@ def processes_of_job(job_id: str) -> set[int]:
 
     Read at kill time, so a reused pid shows its new owner's environment, not this job's.
     """
-    marker = f"DELEGATE_JOB_ID={job_id}".encode()
-    found = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as handle:
-                environ = handle.read()
-        except OSError:
-            continue
-        if marker in environ.split(b"\0"):
-            found.add(int(entry.name))
-    return found
+    return processes_with_environ(f"DELEGATE_JOB_ID={job_id}")
 
 
 def _stat_fields(pid: int) -> list[str] | None:
