@@ -211,17 +211,24 @@ class Lines:
             self.lines.append((time.time(), line))
 
     def wait(self, timeout: float) -> float:
-        """The exit time; kills the process group on timeout (RuntimeError)."""
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        """The exit time; kills the process group on timeout (RuntimeError). A thread blocks
+        in waitpid: `Popen.wait(timeout=...)` polls, up to 50 ms late."""
+        ended: list[float] = []
+
+        def reap() -> None:
+            self.proc.wait()
+            ended.append(time.time())
+
+        reaper = threading.Thread(target=reap, daemon=True)
+        reaper.start()
+        reaper.join(timeout)
+        if not ended:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-            raise RuntimeError(f"{self.proc.args!r} took over {timeout:g} s") from None
-        ended = time.time()
+            reaper.join()
+            raise RuntimeError(f"{self.proc.args!r} took over {timeout:g} s")
         self._thread.join(timeout=5)
-        return ended
+        return ended[0]
 
     def json(self) -> list[tuple[float, dict[str, Any]]]:
         found = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -385,6 +386,50 @@ def test_the_warm_servers_child_says_why_it_stopped_and_its_status_is_the_client
     assert result.stderr.strip().splitlines() == [
         f"delegate: job {job.job_id} has ended (completed)"
     ]
+
+
+def test_a_served_client_ends_on_sigint_as_claude_ends_its_mcp_servers(
+    state: State, home: Path
+) -> None:
+    """Claude Code ends an MCP server with SIGINT and sends SIGTERM only 100 ms later: the
+    client hands SIGINT to the child serving it, which ends at once, stdin still open (a
+    stdio server blocked reading it once ignored KeyboardInterrupt until SIGTERM came)."""
+    job = new_job(state, started=True)
+    with warm_server(state, job) as warm:
+        wait_ready(state, job)
+        env = cli_env(home, {"DELEGATE_JOB_ID": job.job_id})
+        client = subprocess.Popen(
+            [sys.executable, "-m", "delegate.entry.mcp"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert client.stdin is not None and client.stdout is not None
+        hello = {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"},
+            },
+        }
+        client.stdin.write(json.dumps(hello).encode() + b"\n")
+        client.stdin.flush()
+        assert json.loads(client.stdout.readline())["id"] == 0  # served, by the warm child
+        (child,) = children_of(warm.pid)
+        client.send_signal(signal.SIGINT)
+        try:
+            assert client.wait(timeout=30) == 128 + signal.SIGINT
+        finally:
+            client.kill()
+            client.stdin.close()
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not Path(f"/proc/{child}").exists()
 
 
 def test_a_stale_socket_or_another_jobs_server_means_serving_in_process(

@@ -95,7 +95,10 @@ def child(
     status = 70
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # its own children are waited for
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # an agent ends its MCP servers with SIGINT (claude then waits 100 ms before SIGTERM):
+        # the stdio server, a thread blocked reading stdin, would not stop on KeyboardInterrupt
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
         listener.close()
         sys.stdout.flush()
         sys.stderr.flush()

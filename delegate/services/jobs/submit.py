@@ -242,8 +242,11 @@ def parse_on_event(text: str | None) -> list[str] | None:
 
 
 # PreToolUse gates each tool call: in print mode (`claude -p`) Claude Code shows no dialog and
-# never calls PermissionRequest, which stays for a profile that runs it interactively.
-HOOK_EVENTS = ("PreToolUse", "PermissionRequest", "Notification", "Stop", "SessionStart")
+# never calls PermissionRequest, which stays for a profile that runs it interactively. No
+# SessionStart or Stop: the stream says both (its `init` line names the conversation, its
+# `result` line ends the turn), and each hook call is a Python process started beside claude
+# while it starts or ends.
+HOOK_EVENTS = ("PreToolUse", "PermissionRequest", "Notification")
 DECIDING_HOOKS = ("PreToolUse", "PermissionRequest")
 
 
