@@ -311,6 +311,32 @@ def test_eight_processes_publish_1600_events_with_seqs_1_to_1600(state: State, h
     assert state.registry.get(job.job_id).last_seq == 1600
 
 
+UPDATE_100 = """
+    import sys
+    from delegate.services.state import State
+    state = State.open()
+    for i in range(100):
+        state.registry.update(sys.argv[1], session=f"s-{sys.argv[2]}-{i}")
+        state.registry.add_sub_jobs_spent(sys.argv[1], 1, 0.0)
+"""
+
+
+def test_seqs_taken_while_other_writers_rewrite_the_record_are_never_lost(
+    state: State, home: Path
+):
+    """Publishers take seqs while other writers rewrite the same record (its session, its
+    sub-jobs' spending): no seq is lost or taken twice, and no writer's change is lost."""
+    job, _ = state.registry.register()
+    assert state.registry.pick("bench") is not None
+    writers = [_spawn(UPDATE_100, home, job.job_id, str(n)) for n in range(3)]
+    _wait_all([_spawn(PUBLISH_200, home, job.job_id) for _ in range(4)] + writers)
+    published = [e["seq"] for e in state.audit.read_events(job.job_id, kind="published")]
+    assert sorted(published) == list(range(1, 801))
+    after = state.registry.get(job.job_id)
+    assert after.last_seq == 800
+    assert after.sub_jobs_tokens == 300  # and no writer's change was lost either
+
+
 REWRITE_FOREVER = """
     import sys
     from delegate.services.state import State
