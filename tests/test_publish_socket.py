@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import stat
 from pathlib import Path
@@ -216,3 +217,22 @@ def test_a_client_never_talks_to_another_users_server(tmp_path: Path):
         impostor.kill()
         impostor.wait()
         shutil.rmtree(shared)
+
+
+def test_a_client_in_a_run_as_box_trusts_roots_overflow_id_only_for_its_own_socket(tmp_path):
+    """In a `run_as` job's sandbox root's wrapper shows as the overflow id: trusted for a socket
+    this user owns (only root can have made it in root's folder), never for one of someone
+    else's, and never is any other id."""
+    from delegate.adapters.publish_socket import _overflow_uid, trusted_server
+
+    overflow = _overflow_uid()
+    mine = tmp_path / "mine.sock"
+    mine.touch()
+    assert trusted_server(os.getuid()) and trusted_server(0)
+    assert trusted_server(overflow, str(mine))
+    assert not trusted_server(overflow)  # no path: nothing to check it by
+    assert not trusted_server(overflow, str(tmp_path / "gone.sock"))
+    assert not trusted_server(4242, str(mine))
+    if os.geteuid() == 0:
+        os.chown(mine, 4242, 4242)
+        assert not trusted_server(overflow, str(mine))  # someone else's socket

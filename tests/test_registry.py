@@ -321,9 +321,7 @@ UPDATE_100 = """
 """
 
 
-def test_seqs_taken_while_other_writers_rewrite_the_record_are_never_lost(
-    state: State, home: Path
-):
+def test_seqs_taken_while_other_writers_rewrite_the_record_are_never_lost(state: State, home: Path):
     """Publishers take seqs while other writers rewrite the same record (its session, its
     sub-jobs' spending): no seq is lost or taken twice, and no writer's change is lost."""
     job, _ = state.registry.register()

@@ -112,10 +112,31 @@ def peer_uid(conn: Any) -> int:
     return int.from_bytes(creds[4:8], sys.byteorder)
 
 
-def trusted_server(uid: int) -> bool:
-    """Whether a client may talk to a server run by `uid`: its own user's, or root's (the
-    wrapper of a `run_as` job). A socket another user planted in a shared folder is not."""
-    return uid in (os.getuid(), 0)
+def trusted_server(uid: int, path: str | None = None) -> bool:
+    """Whether a client may talk to a server run by `uid` listening at `path`: its own user's,
+    or root's (the wrapper of a `run_as` job). A socket another user planted in a shared folder
+    is not.
+
+    In a `run_as` job's sandbox (a user namespace its user made, where root has no id) root's
+    wrapper is seen as the overflow id: trusted only for a socket this user owns, which only
+    root can have made in the folder it made for them (runtime/wrapper's AgentIdentity)."""
+    if uid in (os.getuid(), 0):
+        return True
+    if path is None or uid != _overflow_uid():
+        return False
+    try:
+        return os.stat(path).st_uid == os.getuid()
+    except OSError:
+        return False
+
+
+def _overflow_uid() -> int:
+    """The id the kernel shows for a user with none in this user namespace."""
+    try:
+        with open("/proc/sys/kernel/overflowuid", "rb") as handle:
+            return int(handle.read())
+    except (OSError, ValueError):
+        return 65534
 
 
 def read_request(conn: socket.socket, limit: int = MAX_REQUEST) -> bytes:
@@ -371,7 +392,7 @@ def exchange(
     try:
         try:
             sock.connect(path)
-            if not trusted_server(peer_uid(sock)):
+            if not trusted_server(peer_uid(sock), path):
                 return None, False  # nothing was sent to it
         except OSError:
             return None, False

@@ -21,6 +21,7 @@ import os
 import pwd
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -147,8 +148,33 @@ class AgentIdentity:
             os.close(fd)
         return [part.replace(str(prompt_path), str(copy)) for part in argv]
 
+    def may_read(self, path: str, *, listing: bool = True) -> bool:
+        """Whether this user may reach and read `path` (`listing=False`: only reach it), by
+        its mode bits and every folder's above it."""
+        groups = {self.gid}
+        try:
+            seen = os.stat(path)
+            folder = stat.S_ISDIR(seen.st_mode)  # r-x to list a folder and go in, --x to go in
+            itself = (0o5 if folder else 0o4) if listing else (0o1 if folder else 0o0)
+            return _permits(seen, self.uid, groups, itself) and all(
+                _permits(os.stat(folder), self.uid, groups, 0o1) for folder in Path(path).parents
+            )
+        except OSError:
+            return False
+
     def clean_up(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _permits(seen: os.stat_result, uid: int, groups: set[int], wanted: int) -> bool:
+    """Whether the mode bits give `uid` (in `groups`) the `wanted` rwx bits (0o7 scale)."""
+    if seen.st_uid == uid:
+        bits = seen.st_mode >> 6
+    elif seen.st_gid in groups:
+        bits = seen.st_mode >> 3
+    else:
+        bits = seen.st_mode
+    return (bits & wanted) == wanted
 
 
 def agent_environment(state: State, job_id: str) -> dict[str, str]:
@@ -542,7 +568,7 @@ def _run_agent(run: AgentRun, identity: AgentIdentity | None = None) -> int:
         as_user = {"user": identity.uid, "group": identity.gid, "extra_groups": []}
     proxy = None
     if run.launch.get("sandbox"):
-        argv, proxy = boxed(run.state, run.job_id, run.argv, run.workdir, run.env)
+        argv, proxy = boxed(run.state, run.job_id, run.argv, run.workdir, run.env, identity)
         run = run._replace(argv=argv)
     try:
         return _run_limited(run, as_user)
@@ -634,12 +660,21 @@ def _follow_agent(
 
 
 def boxed(
-    state: State, job_id: str, argv: list[str], workdir: Path, env: dict[str, str]
+    state: State,
+    job_id: str,
+    argv: list[str],
+    workdir: Path,
+    env: dict[str, str],
+    identity: AgentIdentity | None = None,
 ) -> tuple[list[str], EgressProxy | None]:
     """The agent's command inside its sandbox (core/sandbox): the box its submit recorded, and
     what this job's own run adds: its workdir (and a worktree's repository metadata) writable,
     its log folder (prompt, settings, publish socket) and the toolkit readable. With an
-    allowlist, the egress proxy it reaches through (runtime/egress), serving from now."""
+    allowlist, the egress proxy it reaches through (runtime/egress), serving from now.
+
+    Run as another user (`identity`), bubblewrap runs as that user: the job's log folder,
+    closed to them, gives way to the identity's folder (its publish socket, its prompt), and
+    of the toolkit only what they may read is bound in."""
     job = state.registry.get(job_id)
     box = Box.from_dict(job.launch["sandbox"])
     write = [str(workdir)]
@@ -649,6 +684,8 @@ def boxed(
     toolkit = Path(agent_env.toolkit_bin())
     package = Path(__file__).resolve().parents[2]  # the checkout or site-packages
     read = [str(logs), str(toolkit.parent), str(package), sys.prefix, sys.base_prefix]
+    if identity is not None:
+        read = [str(identity.folder), *read[1:]]
     socket = env.get(PUBLISH_SOCKET_ENV)
     if socket:
         read.append(socket)  # (connecting to it needs no write: it may lie in a private /tmp)
@@ -658,6 +695,14 @@ def boxed(
         # private temp folder, which the box's own /tmp would hide (made later: its folder)
         read.append(os.path.dirname(warm_mcp))
     box = box._replace(read=(*read, *box.read), write=(*write, *box.write))
+    if identity is not None:
+        # what its user cannot reach they could not see anyway, and bubblewrap, run as them,
+        # would fail on it: left out (their own folder stays: it is made for them)
+        box = box._replace(
+            hide=tuple(p for p in box.hide if identity.may_read(p, listing=False)),
+            read=(read[0], *(p for p in box.read[1:] if identity.may_read(p))),
+            write=tuple(p for p in box.write if identity.may_read(p)),
+        )
     if box.network != "allowlist":
         return bwrap_argv(box, argv, workdir=str(workdir)), None
     path = logs / "egress.sock"

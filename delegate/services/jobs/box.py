@@ -33,12 +33,14 @@ def sandbox_for(
     wanted = asked if asked is not None else profile.sandbox
     if not (wanted if wanted is not None else settings.default):
         return None
-    if profile.run_as:
-        # bubblewrap runs as the agent's user, who may not reach what the box binds in (the
-        # job's log folder, the toolkit, its egress socket): refused, never run half-boxed
+    network = profile.network or settings.network
+    if profile.run_as and network == "allowlist":
+        # the egress relay inside the box is this toolkit's Python, which the agent's user
+        # may not be able to run: refused, never run half-boxed
         raise UsageError(
-            f"profile {profile.name!r} runs as {profile.run_as!r}: a sandbox together with"
-            " run_as is not supported yet; submit with --no-sandbox, or drop run_as"
+            f"profile {profile.name!r} runs as {profile.run_as!r}: its sandbox's egress"
+            ' allowlist together with run_as is not supported yet; set network = "none" or'
+            ' "host" for it, or drop run_as'
         )
     bwrap = shutil.which("bwrap", path=agent_env.agent_path(profile, state.env))
     if bwrap is None:
@@ -51,7 +53,6 @@ def sandbox_for(
     hosts = (*settings.allow_hosts, *API_HOSTS.get(profile.name, ()))
     own = tuple(os.path.join(home, name) for name in AGENT_HOME_FILES.get(profile.name, ()))
     write = (*own, *settings.write)
-    network = profile.network or settings.network
     return Box(bwrap, hide, settings.read, write, network, hosts)
 
 
