@@ -208,6 +208,11 @@ def test_a_message_of_exactly_the_limit_is_not_too_large():
         ),
         ("pass=hunter2 and 3 tests passed: all", ["hunter2"], ["pass=[REDACTED]", "passed: all"]),
         ("db_pass: 'hunter2'", ["hunter2"], ["[REDACTED]"]),
+        (
+            'all tests pass: 42/42; "pass": "hunter2"',
+            ["hunter2"],
+            ["tests pass: 42/42", '"pass": "[REDACTED]"'],
+        ),
         ("AKIAABCDEFGHIJKLMNOP and ghp_" + "a" * 30, ["AKIAABCD", "ghp_aaaa"], ["[REDACTED]"]),
         ("xoxb-1234567890-abc and glpat-" + "b" * 20, ["xoxb-123", "glpat-bbb"], []),
         (
@@ -234,6 +239,7 @@ def test_a_message_of_exactly_the_limit_is_not_too_large():
         "json-password",
         "pass-not-passed",
         "quoted-pass",
+        "pass-in-prose",
         "aws-github",
         "slack-gitlab",
         "pem",

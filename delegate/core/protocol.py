@@ -325,6 +325,8 @@ def redact_secrets(text: str, *, secrets: Iterable[str] = ()) -> str:
 
 def _assignment(match: re.Match[str]) -> str:
     quote, name, separator, value = match.groups()
+    if not quote and name.lower() == "pass" and ":" in separator:
+        return match.group(0)  # prose ("tests pass: 42"); `pass=`, `"pass":`, DB_PASS: still count
     hidden = f"{value[0]}{REDACTED}{value[0]}" if value[0] in "\"'" else REDACTED
     return f"{quote}{name}{quote}{separator}{hidden}"
 
