@@ -34,6 +34,10 @@ def test_piped_it_prints_one_id_a_line_and_names_the_fan_out_on_stderr(
     compared = run_cli(home, "compare", fan_out, "--json", env=tmux_env)
     assert compared.returncode == 0, compared.stderr
     assert {r["job_id"] for r in json_lines(compared.stdout)} == set(jobs)
+    listed = run_cli(home, "ps", "--all", "--json", env=tmux_env)  # and ps says it too
+    assert {r["job_id"]: r["fan_out"] for r in json_lines(listed.stdout)} == dict.fromkeys(
+        jobs, fan_out
+    )
 
 
 def test_json_records_carry_the_fan_out(home: Path, tmux_env, tmp_path: Path):

@@ -37,6 +37,7 @@ PS_JSON_KEYS = {
     "agent_retry",
     "not_before",
     "resumes_at",
+    "fan_out",
 }
 LONG_REASON = "agent_error: " + "the test suite failed in a very long and winding way " * 3
 

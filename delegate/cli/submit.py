@@ -187,7 +187,10 @@ def submit(
     ] = None,
     backoff: Annotated[
         str | None,
-        typer.Option("--backoff", help="MIN..MAX wait before a retry, doubled each time (1s..4s)."),
+        typer.Option(
+            "--backoff",
+            help="MIN..MAX wait before a retry, doubled each time, like 30s..10m (default 1s..1m).",
+        ),
     ] = None,
     on_interrupt: Annotated[
         str | None,

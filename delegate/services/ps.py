@@ -54,6 +54,7 @@ class Row(NamedTuple):
     not_before: str | None = None
     resumes_at: str | None = None
     note: str = ""  # the table's REASON when core/outcome says something (never in to_dict)
+    fan_out: str | None = None  # the fan-out it is one of (`delegate compare FAN_OUT`)
 
     def to_dict(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in JSON_KEYS}
@@ -77,6 +78,7 @@ JSON_KEYS = (
     "agent_retry",
     "not_before",
     "resumes_at",
+    "fan_out",
 )
 
 
@@ -276,6 +278,7 @@ def row_for(
         ended_at=ended,
         last_detail=detail,
         group=job.group,
+        fan_out=job.fan_out,
         waiting_for=waiting,
         attempt=attempt_label(job),
         denied_tools=list(job.denied_tools) if job.denied_tools is not None else None,
