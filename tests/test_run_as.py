@@ -80,36 +80,45 @@ report --event completed --detail done
 """
 
 
-def test_an_agent_run_as_another_user(
-    home: Path, tmux_env, agent_user: str, shared_workdir, readable_toolkit
-):
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "delegate.toml").write_text(
-        textwrap.dedent(f"""
+def confined(agent_user: str, toolkit: Path, more: str = "") -> str:
+    """The profile these tests run: a shell agent as `agent_user`, reporting with the system
+    Python and a readable copy of the toolkit."""
+    return textwrap.dedent(f"""
         [profiles.confined]
         command = ["/bin/sh", "-s"]
         prompt = "stdin"
         preamble = false
         run_as = "{agent_user}"
-        env = {{ PYTHONPATH = "{readable_toolkit}" }}
-    """)
-    )
-    state = State.open(env={"DELEGATE_HOME": str(home)})
-    other, _ = state.registry.register(command="someone else's")
-    result = run_cli(
+        env = {{ PYTHONPATH = "{toolkit}" }}
+    """) + textwrap.dedent(more)
+
+
+def submit_confined(home: Path, tmux_env, workdir: Path, prompt: str, *extra: str):
+    return run_cli(
         home,
         "submit",
         "--wait",
         "--agent",
         "confined",
         "--workdir",
-        str(shared_workdir),
+        str(workdir),
         "--prompt",
-        AGENT.format(other=other.job_id),
+        prompt,
         "--idle-timeout",
         "60",
+        *extra,
         env=tmux_env,
     )
+
+
+def test_an_agent_run_as_another_user(
+    home: Path, tmux_env, agent_user: str, shared_workdir, readable_toolkit
+):
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "delegate.toml").write_text(confined(agent_user, readable_toolkit))
+    state = State.open(env={"DELEGATE_HOME": str(home)})
+    other, _ = state.registry.register(command="someone else's")
+    result = submit_confined(home, tmux_env, shared_workdir, AGENT.format(other=other.job_id))
     assert result.returncode == 0, result.stderr + (shared_workdir / "other.err").read_text()
     events = json_lines(result.stdout)
     assert [(e["event"], e["detail"]) for e in events] == [
@@ -171,39 +180,19 @@ def test_run_as_with_a_sandbox_runs_the_agent_boxed_as_its_user(
     listener = socket.create_server(("127.0.0.1", 0))
     listener.listen(8)
     home.mkdir(parents=True, exist_ok=True)
-    (home / "delegate.toml").write_text(
-        textwrap.dedent(f"""
-        [profiles.confined]
-        command = ["/bin/sh", "-s"]
-        prompt = "stdin"
-        preamble = false
-        run_as = "{agent_user}"
+    boxed = """
         sandbox = true
         network = "none"
-        env = {{ PYTHONPATH = "{readable_toolkit}" }}
 
         [sandbox]
-        read = ["{readable_toolkit}"]
-    """)
-    )
+        read = ["{toolkit}"]
+    """
+    more = boxed.format(toolkit=readable_toolkit)
+    (home / "delegate.toml").write_text(confined(agent_user, readable_toolkit, more))
     script = BOXED.format(note=shared / "note", port=listener.getsockname()[1])
 
     def run(*extra: str) -> tuple[list[str], list[dict]]:
-        result = run_cli(
-            home,
-            "submit",
-            "--wait",
-            "--agent",
-            "confined",
-            "--workdir",
-            str(shared_workdir),
-            "--prompt",
-            script,
-            "--idle-timeout",
-            "60",
-            *extra,
-            env=tmux_env,
-        )
+        result = submit_confined(home, tmux_env, shared_workdir, script, *extra)
         results = shared_workdir / "results"
         said = results.read_text().splitlines() if results.exists() else []
         assert result.returncode == 0, result.stderr + "\n".join(said)
