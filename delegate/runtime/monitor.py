@@ -52,7 +52,6 @@ log = get_logger(__name__)
 DEFAULT_INTERVAL_S = 5.0
 WAKE_POLL_S = 0.02  # how long one wait for events or pidfds lasts
 MIN_PASS_GAP_S = 0.1  # the least time between two passes that events brought on
-ACK_EVERY_S = 0.25  # the most often the cursor of an in-order subscription is written
 # A job's publisher applies its own `started`/`completed`/`error` just after it puts it on the
 # bus; the supervisor applies one of a local job this long after receiving it, as the net for
 # a publisher that died in between. Applied at once, it raced the publisher for the registry
@@ -96,9 +95,6 @@ class Monitor:
         # who acts, in the audit: "monitor" (a person's), or "supervisor:PID" (one started)
         self.reconciler = Reconciler(state, settings=settings, actor=actor, report=report)
         self._subscriptions: dict[str, Subscription] = {}
-        # the last message taken from each in-order subscription, not acked yet (_poll_events)
-        self._unacked: dict[int, tuple[Subscription, Any]] = {}
-        self._acked_at = 0.0
         self._buses: dict[str, Any] = {}
         self._receivers: dict[str, Receiver | None] = {}
         self._late_receivers: dict[str, Receiver] = {}
@@ -156,7 +152,6 @@ class Monitor:
             self.state.audit.append(job.job_id, kind, what="broker", observed=True)
 
     def _close_listeners(self) -> None:
-        self._flush_acks()
         for sub in self._subscriptions.values():
             with contextlib.suppress(Exception):
                 sub.close()
@@ -383,33 +378,26 @@ class Monitor:
 
     def _poll_events(self) -> list[SeenEvent]:
         """Take every message waiting. A cursor that an ack moves past every message before it
-        (SQLite's) is acked for them all, at most every ACK_EVERY_S: one write, not one per
-        message or per poll. Each such write waits for the bus's writers, 200 agents' progress
-        (each message is on record as received first, and a redelivery after a crash is known
-        by its seq: `_receiver`)."""
+        (SQLite's) is acked once for them all: one write, not one per message, which under
+        200 agents' progress was most of the supervisor's time (each is on record as received
+        first, and a redelivery after a crash is known by its seq: `_receiver`)."""
         seen = []
         for sub in list(self._subscriptions.values()):
             in_order = getattr(sub, "acks_up_to", False)
+            last = None
             while (message := sub.get(timeout=0)) is not None:
                 event = None
                 if not message.problem:
                     event = self._accept(message.job_id, message.payload)
                 if in_order:
-                    self._unacked[id(sub)] = (sub, message)
+                    last = message
                 else:
                     sub.ack(message)
                 if event is not None:
                     seen.append(event)
-        if time.monotonic() - self._acked_at >= ACK_EVERY_S:
-            self._flush_acks()
+            if last is not None:
+                sub.ack(last)
         return seen
-
-    def _flush_acks(self) -> None:
-        """Ack the last message taken from each in-order subscription."""
-        pending, self._unacked = self._unacked, {}
-        self._acked_at = time.monotonic()
-        for sub, message in pending.values():
-            sub.ack(message)
 
     # --- pidfds ----------------------------------------------------------------------------
 
@@ -600,8 +588,8 @@ class Monitor:
                 for e in events
                 if EventType(e.event) in EVENT_TARGET_STATE
             ]
-            # an ending wants a pass soon (its session, the queue); its publisher has mostly
-            # ended the job by then, and one it had not is applied just before that pass
+            # an ending wants a pass at once (its session, the queue): its publisher has
+            # mostly ended the job by then; the pass after its grace covers one that had not
             woke = woke or any(EventType(e.event).terminal for e in events)
             # Passes come at most every MIN_PASS_GAP_S: a burst of endings (200 jobs done in
             # a second, beside 10,000 queued) is applied in a few passes, not one each.
@@ -609,27 +597,18 @@ class Monitor:
             if due_now and now - applied_at >= MIN_PASS_GAP_S:
                 # applied here (no tmux needed), then a full pass for sessions and the queue;
                 # what its publisher applied meanwhile is seen so without the registry lock
-                self._apply_now(due_now)
+                self.reconciler.run_pass(events=due_now, sockets=(), launch=False)
                 woke = woke or any(EventType(e.event).terminal for e in due_now)
                 changing, applied_at = [(at, e) for at, e in changing if at > now], now
             if self._ended_elsewhere:
                 self._ended_elsewhere, woke = False, True
             due = woke and now - passed_at >= MIN_PASS_GAP_S
             if due or time.monotonic() >= next_pass:
-                # a full pass over 10,000 queued jobs may take longer than the grace on a busy
-                # machine: what waits out its grace is applied first, not after it
-                self._apply_now([e for _, e in changing])
-                changing, applied_at = [], now
                 woke, passed_at = False, now
                 if self._full_pass():
                     break
                 next_pass = time.monotonic() + self._next_deadline()
         return 0
-
-    def _apply_now(self, events: list[SeenEvent]) -> None:
-        """Apply state events without a full pass (no tmux needed)."""
-        if events:
-            self.reconciler.run_pass(events=events, sockets=(), launch=False)
 
     def _pause(self, woke: bool, passed_at: float, next_pass: float) -> bool:
         """Wait a moment for events; whether a pass is wanted (it was, or a wrapper exited).
