@@ -17,6 +17,7 @@ from delegate.core.protocol import (
     canonical_json,
     encode,
     redact,
+    redact_secrets,
     sign,
     verify,
 )
@@ -370,3 +371,22 @@ def test_a_redaction_pattern_skipped_by_its_literals_would_not_have_matched(piec
         regex = lazy.compiled()
         assert lazy.may_match(text) or regex.search(text) is None, (name, text)
         assert lazy.sub("#", text) == regex.sub("#", text), (name, text)
+
+
+SECRETISH = st.text(
+    alphabet=st.characters(
+        whitelist_categories=("L", "N", "P", "S"), blacklist_characters=",;}]\"'"
+    ),
+    min_size=4,
+).filter(lambda v: not v[0].isdigit())
+
+
+@given(
+    SECRETISH, st.sampled_from(["pass: {}", "pass={}", "PASS = {}", "db_pass: {}", '"pass": "{}"'])
+)
+@settings(max_examples=300)
+def test_no_value_after_a_pass_key_survives_but_a_count(value: str, shape: str):
+    """An agent's detail: whatever follows a pass key is hidden (only a bare `pass:` before a
+    count, as in "tests pass: 42/42", is prose and kept)."""
+    assert value not in redact_secrets(f"progress {shape.format(value)} done")
+    assert redact_secrets("all tests pass: 42/42") == "all tests pass: 42/42"

@@ -307,6 +307,7 @@ _ABS_PATH = _LazyPattern(
     r"(?<![\w.~:/\\-])(?:~|/)(?:[^\s'\"`:;,()<>]*/)*([^\s'\"`:;,()<>/]*)", ("/", "~")
 )
 REDACTED = "[REDACTED]"
+_COUNT = re.compile(r"[0-9][0-9./%]*")  # what follows a bare `pass:` in prose
 
 
 def redact_secrets(text: str, *, secrets: Iterable[str] = ()) -> str:
@@ -325,8 +326,8 @@ def redact_secrets(text: str, *, secrets: Iterable[str] = ()) -> str:
 
 def _assignment(match: re.Match[str]) -> str:
     quote, name, separator, value = match.groups()
-    if not quote and name.lower() == "pass" and ":" in separator:
-        return match.group(0)  # prose ("tests pass: 42"); `pass=`, `"pass":`, DB_PASS: still count
+    if not quote and name.lower() == "pass" and ":" in separator and _COUNT.fullmatch(value):
+        return match.group(0)  # a count ("tests pass: 42/42"); any other value still counts
     hidden = f"{value[0]}{REDACTED}{value[0]}" if value[0] in "\"'" else REDACTED
     return f"{quote}{name}{quote}{separator}{hidden}"
 
